@@ -1,0 +1,306 @@
+"""The components of the local stack: how each starts and how its health is judged."""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import socket
+import subprocess
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from icefjord.local.artifacts import Dist
+from icefjord.local.processes import ManagedProcess
+from icefjord.local.settings import LocalSettings
+
+KAFKA_LOG4J = """\
+log4j.rootLogger=INFO, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka=INFO
+log4j.logger.org.apache.kafka=INFO
+log4j.logger.state.change.logger=WARN
+log4j.logger.kafka.log.LogCleaner=WARN
+"""
+
+
+@dataclass(frozen=True)
+class Health:
+    """A component's state as ``local status`` shows it."""
+
+    name: str
+    address: str
+    healthy: bool
+    detail: str
+
+
+class Component(Protocol):
+    name: str
+
+    def address(self) -> str: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> bool: ...
+
+    def check(self) -> Health: ...
+
+    def log_tail(self) -> str: ...
+
+
+def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    """True when something accepts TCP connections on ``host:port``."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _java() -> str:
+    java = shutil.which("java")
+    if java is None:
+        raise RuntimeError("Java is not on PATH; install Java 17")
+    return java
+
+
+class KafkaBroker:
+    """Apache Kafka in KRaft mode, one combined broker+controller node, logs under state."""
+
+    name = "kafka"
+
+    def __init__(self, settings: LocalSettings, dist: Dist | None) -> None:
+        self.settings = settings
+        self.dist = dist
+        self.home = settings.state / "kafka"
+        self.process = ManagedProcess("kafka", settings.state / "run")
+
+    def address(self) -> str:
+        return self.settings.bootstrap_servers
+
+    def _write_config(self) -> Path:
+        s = self.settings
+        self.home.mkdir(parents=True, exist_ok=True)
+        config = self.home / "server.properties"
+        config.write_text(
+            "\n".join(
+                [
+                    "process.roles=broker,controller",
+                    "node.id=1",
+                    f"controller.quorum.voters=1@{s.host}:{s.kafka_controller_port}",
+                    f"listeners=PLAINTEXT://{s.host}:{s.kafka_port},"
+                    f"CONTROLLER://{s.host}:{s.kafka_controller_port}",
+                    f"advertised.listeners=PLAINTEXT://{s.host}:{s.kafka_port}",
+                    "controller.listener.names=CONTROLLER",
+                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                    f"log.dirs={self.home / 'data'}",
+                    "num.partitions=1",
+                    "offsets.topic.replication.factor=1",
+                    "transaction.state.log.replication.factor=1",
+                    "transaction.state.log.min.isr=1",
+                    "group.initial.rebalance.delay.ms=0",
+                    "auto.create.topics.enable=false",
+                    "",
+                ]
+            )
+        )
+        (self.home / "log4j.properties").write_text(KAFKA_LOG4J)
+        return config
+
+    def _classpath(self) -> str:
+        assert self.dist is not None, "artifacts not resolved"
+        return f"{self.dist.kafka_lib}/*"
+
+    def start(self) -> None:
+        config = self._write_config()
+        data = self.home / "data"
+        java = _java()
+        if not (data / "meta.properties").exists():
+            # KRaft log dirs are formatted once; the cluster id then lives on disk.
+            subprocess.run(
+                [java, "-cp", self._classpath(), "kafka.tools.StorageTool", "format",
+                 "-t", _new_cluster_id(), "-c", str(config)],
+                check=True, capture_output=True, text=True,
+            )  # fmt: skip
+        self.process.start(
+            [
+                java,
+                f"-Xmx{self.settings.kafka_heap}",
+                f"-Xms{self.settings.kafka_heap}",
+                f"-Dlog4j.configuration=file:{self.home / 'log4j.properties'}",
+                "-cp",
+                self._classpath(),
+                "kafka.Kafka",
+                str(config),
+            ]
+        )
+
+    def stop(self) -> bool:
+        return self.process.stop()
+
+    def check(self) -> Health:
+        s = self.settings
+        if not port_open(s.host, s.kafka_port):
+            running = self.process.pid() is not None
+            return Health(self.name, self.address(), False, "starting" if running else "stopped")
+        from confluent_kafka.admin import AdminClient
+
+        try:
+            metadata = AdminClient({"bootstrap.servers": self.address()}).list_topics(timeout=3)
+        except Exception as exc:  # any client error means not healthy yet
+            return Health(self.name, self.address(), False, f"no metadata: {exc}")
+        topics = [t for t in metadata.topics if not t.startswith("__")]
+        return Health(
+            self.name, self.address(), True, f"KRaft broker, {len(topics)} topics"
+        )
+
+    def log_tail(self) -> str:
+        return self.process.tail()
+
+
+def _new_cluster_id() -> str:
+    """A Kafka cluster id: 16 random bytes in URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+class ApicurioRegistry:
+    """Apicurio Registry 3 with SQL storage in an H2 file under state (durable)."""
+
+    name = "registry"
+
+    def __init__(self, settings: LocalSettings, dist: Dist | None) -> None:
+        self.settings = settings
+        self.dist = dist
+        self.home = settings.state / "registry"
+        self.process = ManagedProcess("registry", settings.state / "run")
+
+    def address(self) -> str:
+        return self.settings.registry_url
+
+    def start(self) -> None:
+        assert self.dist is not None, "artifacts not resolved"
+        s = self.settings
+        self.home.mkdir(parents=True, exist_ok=True)
+        db_url = f"jdbc:h2:file:{self.home / 'registry'};DB_CLOSE_ON_EXIT=FALSE"
+        self.process.start(
+            [
+                _java(),
+                f"-Xmx{s.registry_heap}",
+                f"-Dquarkus.http.host={s.host}",
+                f"-Dquarkus.http.port={s.registry_port}",
+                "-Dquarkus.http.access-log.enabled=false",
+                "-Dapicurio.storage.kind=sql",
+                "-Dapicurio.storage.sql.kind=h2",
+                f"-Dapicurio.datasource.url={db_url}",
+                "-Dapicurio.datasource.username=sa",
+                "-Dapicurio.datasource.password=sa",
+                "-jar",
+                str(self.dist.apicurio_jar),
+            ]
+        )
+
+    def stop(self) -> bool:
+        return self.process.stop()
+
+    def check(self) -> Health:
+        url = f"{self.address()}/subjects"
+        try:
+            with urllib.request.urlopen(url, timeout=3) as response:
+                body = response.read().decode()
+        except (urllib.error.URLError, OSError) as exc:
+            running = self.process.pid() is not None
+            detail = "starting" if running else f"stopped ({getattr(exc, 'reason', exc)})"
+            return Health(self.name, self.address(), False, detail)
+        subjects = body.count('"') // 2
+        return Health(self.name, self.address(), True, f"Apicurio ccompat API, {subjects} subjects")
+
+    def log_tail(self) -> str:
+        return self.process.tail()
+
+
+class IcebergCatalog:
+    """The JDBC catalog on SQLite shared by Spark's JdbcCatalog and pyiceberg's SqlCatalog."""
+
+    name = "catalog"
+
+    def __init__(self, settings: LocalSettings, dist: Dist | None) -> None:
+        self.settings = settings
+        self.dist = dist
+
+    def address(self) -> str:
+        return f"sqlite:///{self.settings.catalog_db}?timeout=30"
+
+    def properties(self) -> dict[str, str]:
+        return {
+            "type": "sql",
+            "uri": self.address(),
+            "warehouse": self.settings.warehouse.as_uri(),
+        }
+
+    def start(self) -> None:
+        self.settings.catalog_db.parent.mkdir(parents=True, exist_ok=True)
+        self.settings.warehouse.mkdir(parents=True, exist_ok=True)
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        # Creating the catalog creates its tables (the JDBC catalog's V1 layout) if missing.
+        SqlCatalog(self.settings.catalog_name, **self.properties())
+
+    def stop(self) -> bool:
+        return False
+
+    def check(self) -> Health:
+        if not self.settings.catalog_db.exists():
+            return Health(self.name, self.address(), False, "not created")
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        try:
+            catalog = SqlCatalog(self.settings.catalog_name, **self.properties())
+            namespaces = catalog.list_namespaces()
+            tables = sum(len(catalog.list_tables(ns)) for ns in namespaces)
+        except Exception as exc:
+            return Health(self.name, self.address(), False, f"unreadable: {exc}")
+        return Health(
+            self.name, self.address(), True, f"{len(namespaces)} namespaces, {tables} tables"
+        )
+
+    def log_tail(self) -> str:
+        return ""
+
+
+class SparkRuntime:
+    """Spark from the pyspark wheel plus the Iceberg runtime jar: no process until used."""
+
+    name = "spark"
+
+    def __init__(self, settings: LocalSettings, dist: Dist | None) -> None:
+        self.settings = settings
+        self.dist = dist
+
+    def address(self) -> str:
+        return "local[*]"
+
+    def start(self) -> None:
+        return None
+
+    def stop(self) -> bool:
+        return False
+
+    def check(self) -> Health:
+        try:
+            import pyspark
+        except ImportError:
+            return Health(self.name, self.address(), False, "pyspark is not installed")
+        if shutil.which("java") is None:
+            return Health(self.name, self.address(), False, "java is not on PATH")
+        if self.dist is None or not all(p.is_file() for p in self.dist.spark_jars):
+            return Health(self.name, self.address(), False, "Iceberg runtime jar missing")
+        jar = self.dist.spark_jars[0].name
+        return Health(self.name, self.address(), True, f"pyspark {pyspark.__version__}, {jar}")
+
+    def log_tail(self) -> str:
+        return ""

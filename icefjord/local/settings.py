@@ -1,0 +1,64 @@
+"""Settings of the local stack (env prefix ``ICEFJORD_LOCAL_``): ports, directories, versions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_cache() -> Path:
+    return Path.home() / ".cache" / "icefjord"
+
+
+class LocalSettings(BaseSettings):
+    """Where the local stack keeps its state and downloads, and which ports it uses."""
+
+    model_config = SettingsConfigDict(env_prefix="ICEFJORD_LOCAL_")
+
+    state_dir: Path = Field(
+        default=Path(".icefjord"), description="Topics, schemas, catalog and warehouse."
+    )
+    cache_dir: Path = Field(
+        default_factory=_default_cache, description="Maven downloads, reused across runs."
+    )
+    host: str = "127.0.0.1"
+    kafka_port: int = 9092
+    kafka_controller_port: int = 9093
+    registry_port: int = 8081
+    kafka_version: str = "3.9.1"
+    apicurio_version: str = "3.0.9"
+    iceberg_version: str = "1.10.1"
+    kafka_heap: str = "512m"
+    registry_heap: str = "512m"
+    start_timeout_s: float = 120.0
+    catalog_name: str = "icefjord"
+
+    @property
+    def dist_dir(self) -> Path:
+        return self.cache_dir.expanduser().resolve() / "dist"
+
+    @property
+    def maven_repo(self) -> Path:
+        return self.cache_dir.expanduser().resolve() / "m2"
+
+    @property
+    def state(self) -> Path:
+        return self.state_dir.expanduser().resolve()
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{self.host}:{self.kafka_port}"
+
+    @property
+    def registry_url(self) -> str:
+        return f"http://{self.host}:{self.registry_port}/apis/ccompat/v7"
+
+    @property
+    def catalog_db(self) -> Path:
+        return self.state / "catalog" / "catalog.db"
+
+    @property
+    def warehouse(self) -> Path:
+        return self.state / "warehouse"

@@ -1,0 +1,130 @@
+"""``icefjord local up | down | status``: the real components as local processes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from icefjord.local.artifacts import Dist, dist_for, ensure_artifacts
+from icefjord.local.components import (
+    ApicurioRegistry,
+    Component,
+    Health,
+    IcebergCatalog,
+    KafkaBroker,
+    SparkRuntime,
+    port_open,
+)
+from icefjord.local.settings import LocalSettings
+
+
+class StartError(RuntimeError):
+    """A component did not become healthy; the message names it and ends with its log."""
+
+
+@dataclass(frozen=True)
+class UpReport:
+    """What ``up`` did: components started, already running, and seconds to all healthy."""
+
+    started: tuple[str, ...]
+    already_running: tuple[str, ...]
+    seconds: float
+    health: tuple[Health, ...]
+
+
+class LocalStack:
+    """The local stack for one state directory."""
+
+    def __init__(self, settings: LocalSettings) -> None:
+        self.settings = settings
+
+    def components(self, dist: Dist | None = None) -> list[Component]:
+        """In start order: the broker first (the registry does not need it, but users do)."""
+        d = dist if dist is not None else dist_for(self.settings)
+        return [
+            KafkaBroker(self.settings, d),
+            ApicurioRegistry(self.settings, d),
+            IcebergCatalog(self.settings, d),
+            SparkRuntime(self.settings, d),
+        ]
+
+    def up(self, progress: Callable[[str], None]) -> UpReport:
+        """Start every component that is not running and wait until all are healthy.
+
+        Running twice is harmless: healthy components are left alone. Raises
+        :class:`StartError` with the log tail of the first component that fails.
+        """
+        began = time.monotonic()
+        dist = ensure_artifacts(self.settings, progress)
+        started: list[str] = []
+        already: list[str] = []
+        components = self.components(dist)
+        for component in components:
+            if component.check().healthy:
+                already.append(component.name)
+                continue
+            self._refuse_foreign_port(component)
+            progress(f"starting {component.name}")
+            try:
+                component.start()
+            except Exception as exc:
+                raise StartError(
+                    f"{component.name} failed to start: {exc}\n--- log tail ---\n"
+                    f"{component.log_tail()}"
+                ) from exc
+            started.append(component.name)
+        deadline = began + self.settings.start_timeout_s
+        health = self._wait_healthy(components, deadline, progress)
+        return UpReport(tuple(started), tuple(already), time.monotonic() - began, health)
+
+    def _refuse_foreign_port(self, component: Component) -> None:
+        """A port held by something we did not start would make the start fail obscurely."""
+        s = self.settings
+        ports = {"kafka": [s.kafka_port, s.kafka_controller_port], "registry": [s.registry_port]}
+        for port in ports.get(component.name, []):
+            if port_open(s.host, port):
+                raise StartError(
+                    f"{component.name}: port {port} on {s.host} is taken by another process; "
+                    f"stop it or set ICEFJORD_LOCAL_{component.name.upper()}_PORT"
+                )
+
+    def _wait_healthy(
+        self, components: list[Component], deadline: float, progress: Callable[[str], None]
+    ) -> tuple[Health, ...]:
+        pending = {c.name: c for c in components}
+        results: dict[str, Health] = {}
+        while pending:
+            for name, component in list(pending.items()):
+                health = component.check()
+                if health.healthy:
+                    results[name] = health
+                    progress(f"{name} healthy at {health.address}")
+                    del pending[name]
+                elif health.detail.startswith("stopped"):
+                    raise StartError(
+                        f"{name} exited during start-up ({health.detail})\n--- log tail ---\n"
+                        f"{component.log_tail()}"
+                    )
+            if not pending:
+                break
+            if time.monotonic() > deadline:
+                name, component = next(iter(pending.items()))
+                raise StartError(
+                    f"{name} not healthy after {self.settings.start_timeout_s:.0f}s "
+                    f"({component.check().detail})\n--- log tail ---\n{component.log_tail()}"
+                )
+            time.sleep(0.5)
+        return tuple(results[c.name] for c in components)
+
+    def down(self) -> list[str]:
+        """Stop every process this state directory's stack started; return their names."""
+        stopped = []
+        for component in reversed(self.components()):
+            if component.stop():
+                stopped.append(component.name)
+        return stopped
+
+    def status(self) -> list[Health]:
+        """Each component's health, without starting anything."""
+        return [component.check() for component in self.components()]

@@ -1,0 +1,80 @@
+"""confluent-kafka factories: every client gets the same connection and security settings."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from shared.errors import RetryableError
+from shared.settings import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+
+def make_producer(settings: KafkaSettings, **overrides: Any) -> Producer:
+    """An idempotent producer (acks=all); ``overrides`` are librdkafka properties."""
+    config = settings.client_config() | {"enable.idempotence": True, "acks": "all"}
+    config.update(overrides)
+    return Producer(config)
+
+
+def make_consumer(settings: KafkaSettings, group_id: str, **overrides: Any) -> Consumer:
+    """A consumer that commits nothing by itself and reads only committed transactions."""
+    config = settings.client_config() | {
+        "group.id": group_id,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",
+    }
+    config.update(overrides)
+    return Consumer(config)
+
+
+def make_admin(settings: KafkaSettings) -> AdminClient:
+    """An admin client with the shared settings."""
+    return AdminClient(settings.client_config())
+
+
+@dataclass(frozen=True)
+class TopicRequest:
+    """A topic to create if missing."""
+
+    name: str
+    partitions: int = 1
+    replication_factor: int = 1
+    config: dict[str, str] = field(default_factory=dict)
+
+
+def ensure_topics(admin: AdminClient, topics: Iterable[TopicRequest], timeout: float = 15) -> None:
+    """Create the topics that do not exist yet; existing ones are left as they are.
+
+    Raises :class:`RetryableError` when the broker cannot be reached or refuses.
+    """
+    wanted = list(topics)
+    if not wanted:
+        return
+    try:
+        existing = set(admin.list_topics(timeout=timeout).topics)
+    except KafkaException as exc:
+        raise RetryableError(f"Kafka unreachable: {exc}") from exc
+    missing = [t for t in wanted if t.name not in existing]
+    if not missing:
+        return
+    futures = admin.create_topics(
+        [NewTopic(t.name, t.partitions, t.replication_factor, config=t.config) for t in missing],
+        operation_timeout=timeout,
+    )
+    for name, future in futures.items():
+        try:
+            future.result()
+            log.info("created topic", extra={"topic": name})
+        except KafkaException as exc:
+            error = exc.args[0]
+            if isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                continue
+            raise RetryableError(f"cannot create topic {name}: {exc}") from exc

@@ -1,0 +1,67 @@
+"""One long-lived SparkSession per service, with Iceberg and the shared catalog configured."""
+
+from __future__ import annotations
+
+import glob
+import logging
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+from pyspark.sql import SparkSession
+
+from shared.catalog import catalog_properties, open_catalog, spark_catalog_conf
+from shared.settings import CatalogSettings
+
+log = logging.getLogger(__name__)
+
+_LOCAL_JARS = str(Path.home() / ".cache" / "icefjord" / "dist" / "spark-jars-1.10.1" / "*.jar")
+
+
+class SparkSettings(BaseModel):
+    """Spark master, memory and the extra jars (Iceberg runtime, JDBC driver)."""
+
+    master: str = "local[*]"
+    driver_memory: str = "2g"
+    shuffle_partitions: int = 4
+    jars: str = Field(
+        default=_LOCAL_JARS,
+        description="Glob of jars to add; empty when the image has them in SPARK_HOME/jars.",
+    )
+    conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings.")
+
+
+def build_spark_session(
+    app_name: str, spark: SparkSettings, catalog: CatalogSettings
+) -> SparkSession:
+    """Create (or return the running) SparkSession with the Iceberg catalog ``catalog.name``."""
+    jars = sorted(glob.glob(spark.jars)) if spark.jars else []
+    if spark.jars and not jars:
+        raise FileNotFoundError(
+            f"no Spark jars match {spark.jars}; run `icefjord local up` to fetch them"
+        )
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(spark.master)
+        .config("spark.driver.memory", spark.driver_memory)
+        .config("spark.sql.shuffle.partitions", str(spark.shuffle_partitions))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config(
+            "spark.sql.extensions",
+            "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        )
+    )
+    properties = catalog_properties(catalog)
+    if properties.get("type") == "sql":
+        open_catalog(catalog)  # creates the JDBC catalog's tables if they are missing
+    if jars:
+        builder = builder.config("spark.jars", ",".join(jars))
+    for key, value in spark_catalog_conf(catalog.name, properties).items():
+        builder = builder.config(key, value)
+    for key, value in spark.conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    log.info("spark session ready", extra={"master": spark.master, "catalog": catalog.name})
+    return session
