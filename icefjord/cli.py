@@ -9,10 +9,12 @@ from rich.table import Table
 from icefjord.local.components import Health
 from icefjord.local.settings import LocalSettings
 from icefjord.local.stack import LocalStack, StartError
+from services.schema_watcher.cli import schema_app
 
 app = typer.Typer(help="Icefjord: Debezium change streams into fresh Apache Iceberg tables.")
 local_app = typer.Typer(help="The local stack: real Kafka, Apicurio Registry, Spark + Iceberg.")
 app.add_typer(local_app, name="local")
+app.add_typer(schema_app, name="schema")
 
 console = Console()
 errors = Console(stderr=True)
@@ -73,7 +75,9 @@ def local_smoke() -> None:
 
     def report(check: Check) -> None:
         mark = "[green]ok[/]" if check.ok else "[red]FAILED[/]"
-        console.print(f"{mark} {check.component}: {check.what} ({check.seconds:.1f} s) {check.detail}")
+        console.print(
+            f"{mark} {check.component}: {check.what} ({check.seconds:.1f} s) {check.detail}"
+        )
 
     checks = run_smoke(LocalSettings(), report)
     if not all(c.ok for c in checks):

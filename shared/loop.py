@@ -12,8 +12,8 @@ import threading
 from collections.abc import Callable
 from types import FrameType
 
-from shared.errors import RetryableError
 from shared.endpoint import Health
+from shared.errors import RetryableError
 
 log = logging.getLogger(__name__)
 

@@ -155,9 +155,7 @@ class KafkaBroker:
         except Exception as exc:  # any client error means not healthy yet
             return Health(self.name, self.address(), False, f"no metadata: {exc}")
         topics = [t for t in metadata.topics if not t.startswith("__")]
-        return Health(
-            self.name, self.address(), True, f"KRaft broker, {len(topics)} topics"
-        )
+        return Health(self.name, self.address(), True, f"KRaft broker, {len(topics)} topics")
 
     def log_tail(self) -> str:
         return self.process.tail()

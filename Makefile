@@ -1,0 +1,50 @@
+# Icefjord: `make help` lists the targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PY_SOURCES := services shared icefjord contracts
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+
+help: ## Show this help
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
+
+$(BIN)/icefjord: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $@
+
+install: $(BIN)/icefjord ## Create the virtual environment and install Icefjord with dev tools
+
+up: install ## Start the local stack (Kafka, Apicurio Registry, Spark + Iceberg catalog)
+	$(BIN)/icefjord local up
+
+down: ## Stop the local stack (data stays in .icefjord/)
+	$(BIN)/icefjord local down
+
+status: ## Show each local component and its health
+	$(BIN)/icefjord local status
+
+demo: install ## The main job on the local defaults: bring the stack up and prove every component
+	$(BIN)/icefjord local up
+	$(BIN)/icefjord local smoke
+
+lint: install ## ruff and mypy --strict
+	$(BIN)/ruff check $(PY_SOURCES) tests
+	$(BIN)/ruff format --check $(PY_SOURCES) tests
+	$(BIN)/mypy --strict services shared icefjord contracts
+
+test: install ## Lint, then unit and integration tests against a real local stack started for the run
+	$(MAKE) lint
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test-unit: install ## Unit tests only (no external process)
+	$(BIN)/pytest -m unit $(PYTEST_ARGS)
+
+clean: down ## Stop the stack and delete its local state (.icefjord/)
+	rm -rf .icefjord
+
+.PHONY: help install up down status demo lint test test-unit clean

@@ -1,0 +1,113 @@
+"""Test harness: the real local stack, started once per test session.
+
+By default the session starts its own stack (Kafka, Apicurio, Iceberg JDBC catalog) in a
+temporary state directory on free ports, reusing the download cache, and stops it at the
+end. To test against an existing stack instead, set ``ICEFJORD_TEST_BOOTSTRAP_SERVERS`` and
+``ICEFJORD_TEST_REGISTRY_URL`` (and pyiceberg's ``PYICEBERG_CATALOG__ICEFJORD__*``).
+Each test gets its own topics, subjects and tables from the factory fixtures.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import Stack, free_port
+
+from icefjord.local.settings import LocalSettings
+from icefjord.local.stack import LocalStack
+from shared.settings import CatalogSettings, KafkaSettings, RegistrySettings
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    bootstrap = os.environ.get("ICEFJORD_TEST_BOOTSTRAP_SERVERS")
+    if bootstrap:
+        yield Stack(
+            kafka=KafkaSettings(bootstrap_servers=bootstrap),
+            registry=RegistrySettings(url=os.environ["ICEFJORD_TEST_REGISTRY_URL"]),
+            catalog=CatalogSettings(),
+            local=None,
+        )
+        return
+    state = tmp_path_factory.mktemp("stack")
+    settings = LocalSettings(
+        state_dir=state,
+        kafka_port=free_port(),
+        kafka_controller_port=free_port(),
+        registry_port=free_port(),
+    )
+    local = LocalStack(settings)
+    try:
+        report = local.up(progress=lambda message: None)
+        print(f"\nlocal stack healthy in {report.seconds:.1f} s under {state}")
+        yield Stack(
+            kafka=KafkaSettings(bootstrap_servers=settings.bootstrap_servers),
+            registry=RegistrySettings(url=settings.registry_url),
+            catalog=CatalogSettings(name=settings.catalog_name, local_state_dir=state),
+            local=local,
+        )
+    finally:
+        local.down()
+
+
+@pytest.fixture
+def unique() -> Callable[[str], str]:
+    """``unique("orders")`` -> ``orders_3f2a9c1b``: names no other test uses."""
+    return lambda prefix: f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def topic_factory(stack: Stack, unique: Callable[[str], str]) -> Iterator[Callable[..., str]]:
+    """Create topics for one test; they are deleted afterwards."""
+    from shared.kafka import TopicRequest, ensure_topics, make_admin
+
+    admin = make_admin(stack.kafka)
+    created: list[str] = []
+
+    def create(prefix: str = "test", partitions: int = 1, **config: str) -> str:
+        name = unique(prefix)
+        ensure_topics(admin, [TopicRequest(name, partitions, config=dict(config))])
+        created.append(name)
+        return name
+
+    yield create
+    if created:
+        for future in admin.delete_topics(created).values():
+            future.result()
+
+
+@pytest.fixture(scope="session")
+def spark(stack: Stack) -> Iterator[Any]:
+    """One SparkSession for the whole test session (a cold start costs 5-9 s)."""
+    from shared.spark import SparkSettings, build_spark_session
+
+    session = build_spark_session("icefjord-tests", SparkSettings(master="local[2]"), stack.catalog)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def namespace(stack: Stack, unique: Callable[[str], str]) -> Iterator[str]:
+    """A fresh Iceberg namespace for one test, dropped with its tables afterwards."""
+    from shared.catalog import open_catalog
+
+    catalog = open_catalog(stack.catalog)
+    name = unique("ns")
+    catalog.create_namespace(name)
+    yield name
+    for identifier in catalog.list_tables(name):
+        catalog.purge_table(identifier)
+    catalog.drop_namespace(name)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests under tests/integration are marked ``integration`` unless marked ``e2e``."""
+    for item in items:
+        path = Path(str(item.fspath))
+        if "integration" in path.parts and not item.get_closest_marker("e2e"):
+            item.add_marker(pytest.mark.integration)
