@@ -9,12 +9,14 @@ from rich.table import Table
 from icefjord.local.components import Health
 from icefjord.local.settings import LocalSettings
 from icefjord.local.stack import LocalStack, StartError
+from services.cdc_normalizer.cli import normalize_command
 from services.schema_watcher.cli import schema_app
 
 app = typer.Typer(help="Icefjord: Debezium change streams into fresh Apache Iceberg tables.")
 local_app = typer.Typer(help="The local stack: real Kafka, Apicurio Registry, Spark + Iceberg.")
 app.add_typer(local_app, name="local")
 app.add_typer(schema_app, name="schema")
+app.command("normalize")(normalize_command)
 
 console = Console()
 errors = Console(stderr=True)

@@ -1,0 +1,201 @@
+"""Reading the shapes a Debezium record arrives in, before any typing happens.
+
+Value shapes:
+
+* JSON with schemas: ``{"schema": {...}, "payload": {...}}`` (Kafka JsonConverter,
+  ``schemas.enable=true``); the schema block types the payload.
+* JSON without schemas, or a fastavro-decoded Avro value: the payload alone; its schema comes
+  from the caller (the Avro writer schema, or a declared row schema).
+* Full envelope: ``before``, ``after``, ``source``, ``op``, ``ts_ms``, ``transaction``.
+* Flattened by ``ExtractNewRecordState``: the row's columns plus ``__``-prefixed metadata
+  (``__op``, ``__deleted``, ``__lsn``, ``__source_ts_ms``, ``__ts_ms``, ``__table``, ``__db``,
+  ...). Every ``__`` field is metadata, never a column (the SMT's ``add.fields.prefix``).
+
+Keys: the Debezium key struct, JSON with or without schema, or fastavro-decoded Avro.
+"""
+
+from __future__ import annotations
+
+import decimal
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from services.cdc_normalizer.connect_schema import (
+    ConnectKind,
+    ConnectSchema,
+    connect_schema_from_json,
+)
+from services.cdc_normalizer.errors import InvalidJson, MalformedEnvelope, UnsupportedEnvelope
+
+__all__ = ["METADATA_PREFIX", "Envelope", "KeyStruct", "decode_json", "parse_key", "parse_value"]
+
+METADATA_PREFIX = "__"
+# Flattened metadata that is about the envelope, not the source position.
+_ENVELOPE_METADATA = frozenset({"op", "deleted", "ts_ms", "transaction_id"})
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A Debezium value taken apart, still untyped.
+
+    ``row`` is the flattened row image (columns only); ``before``/``after`` the full envelope's
+    images. ``row_schema`` is the STRUCT of the table's columns when the record carries one.
+    ``deleted`` is the flattened ``__deleted`` flag (None when absent).
+    """
+
+    op: str | None
+    before: Mapping[str, Any] | None
+    after: Mapping[str, Any] | None
+    row: Mapping[str, Any] | None
+    source: Mapping[str, Any]
+    ts_ms: Any
+    transaction_id: str | None
+    row_schema: ConnectSchema | None
+    flattened: bool
+    deleted: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KeyStruct:
+    """The Debezium key: its field values and, when the record carries one, its schema."""
+
+    payload: Mapping[str, Any] | None
+    schema: ConnectSchema | None
+
+
+def decode_json(raw: bytes | str, what: str) -> Any:
+    """Parse JSON text exactly: non-integral numbers become :class:`decimal.Decimal`.
+
+    Raises :class:`InvalidJson` for bytes that are not UTF-8 JSON.
+    """
+    try:
+        return json.loads(raw, parse_float=decimal.Decimal)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidJson(f"{what} is not JSON: {exc}") from None
+
+
+def _split_schema(value: Any, given: ConnectSchema | None, what: str) -> tuple[Any, Any]:
+    """``(payload, schema)`` of a value that may be a JsonConverter schema/payload pair."""
+    if isinstance(value, Mapping) and set(value) == {"schema", "payload"}:
+        block = value["schema"]
+        schema = connect_schema_from_json(block, f"{what}.schema") if block is not None else None
+        return value["payload"], schema or given
+    return value, given
+
+
+def parse_key(raw: Any, given_schema: ConnectSchema | None) -> KeyStruct:
+    """Read a record key: None, JSON bytes/text, a schema/payload pair or a decoded struct.
+
+    Raises :class:`InvalidJson` for undecodable bytes and :class:`MalformedEnvelope` for a key
+    that is not a struct (an object).
+    """
+    if raw is None:
+        return KeyStruct(None, given_schema)
+    if isinstance(raw, (bytes, bytearray, memoryview, str)):
+        raw = decode_json(bytes(raw) if not isinstance(raw, str) else raw, "key")
+    payload, schema = _split_schema(raw, given_schema, "key")
+    if payload is None:
+        return KeyStruct(None, schema)
+    if not isinstance(payload, Mapping):
+        raise MalformedEnvelope(f"key must be a struct (JSON object), got {type(payload).__name__}")
+    return KeyStruct(payload, schema)
+
+
+def _row_schema_of_envelope(schema: ConnectSchema | None) -> ConnectSchema | None:
+    if schema is None:
+        return None
+    if schema.kind is not ConnectKind.STRUCT:
+        raise MalformedEnvelope(f"value schema must be a struct, got {schema.kind.value}")
+    for image in ("after", "before"):
+        field = schema.field(image)
+        if field is not None and field.schema.kind is ConnectKind.STRUCT:
+            return field.schema.as_required()
+    return None
+
+
+def _mapping_or_none(value: Any, what: str) -> Mapping[str, Any] | None:
+    if value is None or isinstance(value, Mapping):
+        return value
+    if isinstance(value, str):
+        raise UnsupportedEnvelope(
+            f"{what} is a string (a MongoDB extended-JSON document?); only row structs are handled"
+        )
+    raise MalformedEnvelope(f"{what} must be an object, got {type(value).__name__}")
+
+
+def _full(payload: Mapping[str, Any], schema: ConnectSchema | None) -> Envelope:
+    source = _mapping_or_none(payload.get("source"), "source") or {}
+    transaction = _mapping_or_none(payload.get("transaction"), "transaction") or {}
+    op = payload.get("op")
+    tx_id = transaction.get("id")
+    return Envelope(
+        op=op if isinstance(op, str) else None,
+        before=_mapping_or_none(payload.get("before"), "before"),
+        after=_mapping_or_none(payload.get("after"), "after"),
+        row=None,
+        source=source,
+        ts_ms=payload.get("ts_ms"),
+        transaction_id=None if tx_id is None else str(tx_id),
+        row_schema=_row_schema_of_envelope(schema),
+        flattened=False,
+    )
+
+
+def _deleted_flag(value: Any) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise MalformedEnvelope(f"__deleted must be true or false, got {value!r}")
+
+
+def _flattened(payload: Mapping[str, Any], schema: ConnectSchema | None) -> Envelope:
+    meta = {k[len(METADATA_PREFIX) :]: v for k, v in payload.items() if k.startswith("__")}
+    row = {k: v for k, v in payload.items() if not k.startswith(METADATA_PREFIX)}
+    source: dict[str, Any] = {}
+    for name, value in meta.items():
+        if name not in _ENVELOPE_METADATA:
+            source[name.removeprefix("source_")] = value
+    row_schema = None
+    if schema is not None:
+        if schema.kind is not ConnectKind.STRUCT:
+            raise MalformedEnvelope(f"value schema must be a struct, got {schema.kind.value}")
+        columns = tuple(f for f in schema.fields if not f.name.startswith(METADATA_PREFIX))
+        row_schema = ConnectSchema(ConnectKind.STRUCT, name=schema.name, fields=columns)
+    op = meta.get("op")
+    tx_id = meta.get("transaction_id")
+    return Envelope(
+        op=op if isinstance(op, str) else None,
+        before=None,
+        after=None,
+        row=row,
+        source=source,
+        ts_ms=meta.get("ts_ms"),
+        transaction_id=None if tx_id is None else str(tx_id),
+        row_schema=row_schema,
+        flattened=True,
+        deleted=_deleted_flag(meta.get("deleted")),
+    )
+
+
+def parse_value(value: Any, given_schema: ConnectSchema | None) -> Envelope | None:
+    """Take a record value apart; None means a tombstone (null value or null payload).
+
+    ``value`` is JSON bytes/text, a decoded JSON object or a fastavro-decoded record;
+    ``given_schema`` is the value schema known from outside (the Avro writer schema). Raises
+    :class:`InvalidJson`, :class:`MalformedEnvelope` or :class:`UnsupportedEnvelope`.
+    """
+    if value is None:
+        return None
+    if isinstance(value, (bytes, bytearray, memoryview, str)):
+        value = decode_json(bytes(value) if not isinstance(value, str) else value, "value")
+    payload, schema = _split_schema(value, given_schema, "value")
+    if payload is None:
+        return None
+    if not isinstance(payload, Mapping):
+        raise MalformedEnvelope(f"value must be a JSON object, got {type(payload).__name__}")
+    if "op" in payload and ({"before", "after", "source"} & set(payload)):
+        return _full(payload, schema)
+    return _flattened(payload, schema)

@@ -1,0 +1,407 @@
+"""The pure core: one consumed Debezium record in, normalized changes (or a verdict) out.
+
+``normalize(message)`` never raises for bad input: it returns a :class:`Normalized` (one
+:class:`Change`, none for nothing), a :class:`Tombstone` marker, or a :class:`RejectedRecord`
+naming the reason, for the service to route to its dead-letter topic. ``normalize_or_raise`` is
+the same with the :class:`~services.cdc_normalizer.errors.NormalizeError` raised instead.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from services.cdc_normalizer.connect_schema import ConnectKind, ConnectSchema
+from services.cdc_normalizer.envelope import Envelope, KeyStruct, parse_key, parse_value
+from services.cdc_normalizer.errors import (
+    MalformedEnvelope,
+    MissingAfter,
+    MissingKey,
+    MissingSchema,
+    MissingTimestamp,
+    NormalizeError,
+    UnavailableValue,
+    UnknownOperation,
+)
+from services.cdc_normalizer.logical_types import avro_name, convert_value
+from services.cdc_normalizer.position import PositionKind, detect_kind, source_position
+from services.cdc_normalizer.table_schema import (
+    TableId,
+    TableSchema,
+    key_struct,
+    value_schema_text,
+)
+
+__all__ = [
+    "DEFAULT_UNAVAILABLE_VALUE",
+    "Change",
+    "DebeziumMessage",
+    "NormalizeOptions",
+    "NormalizeResult",
+    "Normalized",
+    "Operation",
+    "Origin",
+    "RejectedRecord",
+    "TableOverrides",
+    "Tombstone",
+    "normalize",
+    "normalize_or_raise",
+    "table_from_topic",
+]
+
+DEFAULT_UNAVAILABLE_VALUE = "__debezium_unavailable_value"
+
+
+class Operation(StrEnum):
+    """The normalized operation; values are the Avro ``Operation`` enum symbols."""
+
+    CREATE = "CREATE"
+    UPDATE = "UPDATE"
+    DELETE = "DELETE"
+    READ = "READ"
+    TRUNCATE = "TRUNCATE"
+
+
+_OPS = {
+    "c": Operation.CREATE,
+    "u": Operation.UPDATE,
+    "d": Operation.DELETE,
+    "r": Operation.READ,
+    "t": Operation.TRUNCATE,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where a consumed record came from (Kafka coordinates and record timestamp)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DebeziumMessage:
+    """One consumed Debezium record.
+
+    ``key`` and ``value`` are JSON bytes/text, decoded JSON (with or without a
+    ``schema``/``payload`` pair) or fastavro-decoded Avro; a None value is a tombstone.
+    ``key_schema``/``value_schema`` are the Connect schemas known from outside the record (from
+    :func:`~services.cdc_normalizer.connect_schema.connect_schema_from_avro` of the Avro writer
+    schemas); a JSON ``schema`` block in the record wins over them.
+    """
+
+    key: Any
+    value: Any
+    origin: Origin
+    key_schema: ConnectSchema | None = None
+    value_schema: ConnectSchema | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TableOverrides:
+    """Per-table configuration: key columns, declared row schema, target table name.
+
+    ``key_columns`` replaces the Debezium key struct (for tables without a primary key, or to
+    key by other columns); their values come from the key struct when it has them, else from the
+    row image. ``row_schema`` types schemaless records (never used when the record has its own
+    schema). ``table`` renames the target table.
+    """
+
+    key_columns: tuple[str, ...] | None = None
+    row_schema: ConnectSchema | None = None
+    table: TableId | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NormalizeOptions:
+    """Configuration of :func:`normalize`.
+
+    ``tables`` is looked up by the consumed topic first, then by ``"<namespace>.<table>"``;
+    ``default`` applies otherwise. ``unavailable_value`` is the connector's
+    ``unavailable.value.placeholder``.
+    """
+
+    tables: Mapping[str, TableOverrides] = field(default_factory=dict)
+    default: TableOverrides = TableOverrides()
+    unavailable_value: str = DEFAULT_UNAVAILABLE_VALUE
+
+    def overrides_for(self, topic: str, table: TableId) -> TableOverrides:
+        """The overrides for a record of ``table`` read from ``topic``."""
+        return self.tables.get(topic) or self.tables.get(str(table)) or self.default
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One normalized change, the Python form of a ``<TableName>Change`` record.
+
+    ``key`` and ``after`` hold Avro-ready Python values keyed by Avro field name (see
+    ``logical_types``). ``key`` is empty for TRUNCATE; ``after`` is None for DELETE and TRUNCATE.
+    """
+
+    table: TableId
+    op: Operation
+    position: str
+    source_ts_ms: int
+    tx_id: str | None
+    source: Mapping[str, str]
+    key: Mapping[str, Any]
+    after: Mapping[str, Any] | None
+
+    def to_record(self) -> dict[str, Any]:
+        """The Avro datum for :func:`~services.cdc_normalizer.table_schema.value_schema`."""
+        return {
+            "op": self.op.value,
+            "position": self.position,
+            "source_ts_ms": self.source_ts_ms,
+            "tx_id": self.tx_id,
+            "source": dict(self.source),
+            "key": dict(self.key),
+            "after": None if self.after is None else dict(self.after),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Normalized:
+    """The changes of one record and the table schema they were typed with.
+
+    ``schema`` is None only for a TRUNCATE that carries no row schema and no key: the service
+    then serializes with the table's latest registered schema.
+    """
+
+    table: TableId
+    schema: TableSchema | None
+    changes: tuple[Change, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    """A null-valued record (log-compaction marker after a delete). Carries nothing to apply."""
+
+    table: TableId
+    key: Mapping[str, Any] | None
+    origin: Origin
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedRecord:
+    """A record that can never be normalized: ``reason`` (stable), ``error_class``, ``message``."""
+
+    reason: str
+    error_class: str
+    message: str
+    origin: Origin
+
+
+NormalizeResult = Normalized | Tombstone | RejectedRecord
+
+
+def table_from_topic(topic: str) -> TableId:
+    """``<prefix>.<namespace>.<table>`` -> TableId(namespace, table); shorter topics degrade."""
+    parts = topic.split(".")
+    if len(parts) >= 2:
+        return TableId(parts[-2], parts[-1])
+    return TableId("default", topic)
+
+
+def _table_of(source: Mapping[str, Any], topic: str) -> TableId:
+    """The source table: ``schema`` (Postgres, SQL Server) or ``db`` (MySQL, MongoDB) + table.
+
+    A Postgres ``db`` is the database, not the namespace, so when ``schema`` is missing (a
+    flattened record without ``__schema``) the namespace comes from the topic instead.
+    """
+    from_topic = table_from_topic(topic)
+    name = source.get("table") or source.get("collection")
+    name = name if isinstance(name, str) and name else from_topic.name
+    namespace = source.get("schema")
+    if not namespace and detect_kind(source) in (PositionKind.MYSQL, PositionKind.MONGODB):
+        namespace = source.get("db")
+    if isinstance(namespace, str) and namespace:
+        return TableId(namespace, name)
+    return TableId(from_topic.namespace, name)
+
+
+def _operation(envelope: Envelope) -> Operation:
+    if envelope.flattened:
+        if envelope.deleted:
+            return Operation.DELETE
+        if envelope.op is None:
+            # Without add.fields=op a flattened row is an upsert; the sink treats both alike.
+            return Operation.UPDATE
+    op = _OPS.get(envelope.op or "")
+    if op is None:
+        raise UnknownOperation(f"op {envelope.op!r} is not one of c, u, d, r, t")
+    return op
+
+
+def _timestamp(envelope: Envelope, origin: Origin) -> int:
+    for candidate in (envelope.source.get("ts_ms"), envelope.ts_ms, origin.timestamp_ms):
+        if candidate is None:
+            continue
+        if isinstance(candidate, bool) or not isinstance(candidate, int):
+            raise MalformedEnvelope(f"ts_ms must be an integer, got {candidate!r}")
+        return candidate
+    raise MissingTimestamp("no source.ts_ms, envelope ts_ms or Kafka timestamp")
+
+
+def _source_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)
+
+
+def _source_map(envelope: Envelope, origin: Origin, kind: str) -> dict[str, str]:
+    mapped = {k: _source_text(v) for k, v in envelope.source.items() if v is not None}
+    mapped["position_kind"] = kind
+    mapped["origin_topic"] = origin.topic
+    mapped["origin_partition"] = str(origin.partition)
+    mapped["origin_offset"] = str(origin.offset)
+    if origin.timestamp_ms is not None:
+        mapped["origin_timestamp_ms"] = str(origin.timestamp_ms)
+    return dict(sorted(mapped.items()))
+
+
+def _tx_id(envelope: Envelope) -> str | None:
+    if envelope.transaction_id is not None:
+        return envelope.transaction_id
+    for name in ("txId", "gtid", "commit_lsn"):
+        value = envelope.source.get(name)
+        if value is not None:
+            return str(value)
+    return None
+
+
+def _check_available(row: ConnectSchema, image: Mapping[str, Any], placeholder: str) -> None:
+    """Reject an image holding the unavailable-value placeholder (unchanged TOAST column)."""
+    encoded = placeholder.encode()
+    as_base64 = base64.b64encode(encoded).decode()
+    for column in row.fields:
+        value = image.get(column.name)
+        if value is None:
+            continue
+        kind = column.schema.kind
+        if (
+            (kind is ConnectKind.STRING and value == placeholder)
+            or (kind is ConnectKind.BYTES and value in (encoded, as_base64))
+            or (kind is ConnectKind.ARRAY and value == [placeholder])
+        ):
+            raise UnavailableValue(
+                f"column {column.name!r} holds {placeholder!r}: set REPLICA IDENTITY FULL"
+            )
+
+
+def _key_values(
+    columns: tuple[str, ...], key: KeyStruct, image: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for column in columns:
+        if key.payload is not None and column in key.payload:
+            value = key.payload[column]
+        elif image is not None:
+            value = image.get(column)
+        else:
+            value = None
+        if value is None:
+            raise MissingKey(f"key column {column!r} has no value")
+        values[column] = value
+    return values
+
+
+def _key_columns(overrides: TableOverrides, key: KeyStruct) -> tuple[str, ...]:
+    if overrides.key_columns:
+        return overrides.key_columns
+    if key.schema is not None and key.schema.kind is ConnectKind.STRUCT and key.schema.fields:
+        return tuple(f.name for f in key.schema.fields)
+    if key.payload:
+        return tuple(key.payload)
+    raise MissingKey("no Debezium key struct and no configured key columns")
+
+
+def normalize_or_raise(
+    message: DebeziumMessage, options: NormalizeOptions | None = None
+) -> Normalized | Tombstone:
+    """Normalize one record; raise a :class:`NormalizeError` subclass if it cannot be.
+
+    Tombstones (null value) give a :class:`Tombstone`. Everything else gives a
+    :class:`Normalized` with exactly one :class:`Change`.
+    """
+    options = options or NormalizeOptions()
+    origin = message.origin
+    envelope = parse_value(message.value, message.value_schema)
+    if envelope is None:
+        table = table_from_topic(origin.topic)
+        overrides = options.overrides_for(origin.topic, table)
+        try:
+            key_payload = parse_key(message.key, message.key_schema).payload
+        except NormalizeError:
+            key_payload = None
+        return Tombstone(overrides.table or table, key_payload, origin)
+
+    table = _table_of(envelope.source, origin.topic)
+    overrides = options.overrides_for(origin.topic, table)
+    table = overrides.table or table
+    op = _operation(envelope)
+    ts_ms = _timestamp(envelope, origin)
+    position = source_position(
+        envelope.source, ts_ms=ts_ms, partition=origin.partition, offset=origin.offset
+    )
+    tx_id = _tx_id(envelope)
+    source = _source_map(envelope, origin, position.kind.value)
+
+    def change(key_values: Mapping[str, Any], after: Mapping[str, Any] | None) -> Change:
+        return Change(table, op, position.text, ts_ms, tx_id, source, key_values, after)
+
+    row_schema = envelope.row_schema or overrides.row_schema
+    key = parse_key(message.key, message.key_schema)
+
+    if op is Operation.TRUNCATE:
+        schema = None
+        if row_schema is not None and (overrides.key_columns or key.schema is not None):
+            columns = _key_columns(overrides, key)
+            schema = TableSchema(table, row_schema, key_struct(row_schema, columns, key.schema))
+            value_schema_text(schema)
+        return Normalized(table, schema, (change({}, None),))
+
+    if envelope.flattened:
+        image = envelope.row
+    else:
+        image = envelope.before if op is Operation.DELETE else envelope.after
+    if op is not Operation.DELETE and image is None:
+        raise MissingAfter(f"{op.value} event without an 'after' row image")
+    if row_schema is None:
+        raise MissingSchema(f"{table}: schemaless record and no declared row schema")
+    row_schema = row_schema.as_required()
+
+    columns = _key_columns(overrides, key)
+    schema = TableSchema(table, row_schema, key_struct(row_schema, columns, key.schema))
+    value_schema_text(schema)  # every column must have an Avro form before values are typed
+    raw_key = _key_values(columns, key, image)
+    key_values = {
+        avro_name(f.name): convert_value(f.schema, raw_key[f.name], f"key.{f.name}")
+        for f in schema.key.fields
+    }
+    after = None
+    if op is not Operation.DELETE:
+        assert image is not None
+        _check_available(row_schema, image, options.unavailable_value)
+        after = convert_value(row_schema, image, "after")
+    return Normalized(table, schema, (change(key_values, after),))
+
+
+def normalize(message: DebeziumMessage, options: NormalizeOptions | None = None) -> NormalizeResult:
+    """Normalize one record; bad input becomes a :class:`RejectedRecord`, never an exception.
+
+    Only :class:`NormalizeError` (permanent, input-caused) is caught: a bug in this code still
+    raises, so it is fixed rather than dead-lettered.
+    """
+    try:
+        return normalize_or_raise(message, options)
+    except NormalizeError as exc:
+        return RejectedRecord(exc.reason, type(exc).__name__, exc.message, message.origin)
