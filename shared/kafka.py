@@ -59,16 +59,16 @@ def ensure_topics(admin: AdminClient, topics: Iterable[TopicRequest], timeout: f
     if not wanted:
         return
     try:
-        existing = set(admin.list_topics(timeout=timeout).topics)
+        metadata = admin.list_topics(timeout=timeout)
     except KafkaException as exc:
         raise RetryableError(f"Kafka unreachable: {exc}") from exc
-    missing = [t for t in wanted if t.name not in existing]
+    missing = [t for t in wanted if t.name not in metadata.topics]
     if not missing:
         return
-    futures = admin.create_topics(
-        [NewTopic(t.name, t.partitions, t.replication_factor, config=t.config) for t in missing],
-        operation_timeout=timeout,
-    )
+    # A development cluster of one broker cannot hold three replicas; cap rather than fail,
+    # and say so, so that the same catalog serves the laptop and production.
+    brokers = max(len(metadata.brokers), 1)
+    futures = admin.create_topics([_fitted(t, brokers) for t in missing], operation_timeout=timeout)
     for name, future in futures.items():
         try:
             future.result()
@@ -78,3 +78,19 @@ def ensure_topics(admin: AdminClient, topics: Iterable[TopicRequest], timeout: f
             if isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 continue
             raise RetryableError(f"cannot create topic {name}: {exc}") from exc
+
+
+def _fitted(topic: TopicRequest, brokers: int) -> NewTopic:
+    """The NewTopic for ``topic``, its replication (and min ISR) capped at ``brokers``."""
+    replication = min(topic.replication_factor, brokers)
+    config = dict(topic.config)
+    if replication < topic.replication_factor:
+        log.warning(
+            "replication factor capped at the broker count",
+            extra={"topic": topic.name, "wanted": topic.replication_factor, "brokers": brokers},
+        )
+        if "min.insync.replicas" in config:
+            config["min.insync.replicas"] = str(
+                min(int(config["min.insync.replicas"]), replication)
+            )
+    return NewTopic(topic.name, topic.partitions, replication, config=config)

@@ -134,3 +134,18 @@ def test_ensure_topics_is_idempotent(stack: Stack, unique: Callable[[str], str])
     metadata = admin.list_topics(timeout=10)
     assert len(metadata.topics[name].partitions) == 2
     admin.delete_topics([name])[name].result()
+
+
+def test_replication_is_capped_at_the_broker_count(
+    stack: Stack, unique: Callable[[str], str]
+) -> None:
+    admin = make_admin(stack.kafka)
+    brokers = len(admin.list_topics(timeout=10).brokers)
+    name = unique("replicated")
+    ensure_topics(
+        admin,
+        [TopicRequest(name, replication_factor=brokers + 2, config={"min.insync.replicas": "2"})],
+    )
+    partition = admin.list_topics(timeout=10).topics[name].partitions[0]
+    assert len(partition.replicas) == brokers
+    admin.delete_topics([name])[name].result()
