@@ -1,0 +1,128 @@
+"""cdc-normalizer settings: the shared ones plus which topics to read and how to write.
+
+Environment variables carry the prefix ``ICEFJORD_NORMALIZER_``; nested fields use ``__``, e.g.
+``ICEFJORD_NORMALIZER_KAFKA__BOOTSTRAP_SERVERS`` or ``ICEFJORD_NORMALIZER_INCLUDE_PATTERN``.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+
+from pydantic import Field, field_validator
+from pydantic_settings import SettingsConfigDict
+
+import contracts
+from shared.kafka import TopicRequest
+from shared.settings import DEAD_LETTER_TOPIC, MetricsSettings, ServiceSettings
+
+DEFAULT_METRICS_PORT = 9401
+DEFAULT_INCLUDE = r"^[^.]+\.[^.]+\.[^.]+$"
+DEFAULT_EXCLUDE = (
+    r"^(__|icefjord\.)",  # internal topics and our own output
+    r"heartbeat",  # Debezium heartbeat topics (__debezium-heartbeat.<server>)
+    r"schema-?(history|changes)",  # schema-history and schema-change topics
+    r"\.transaction$",  # transaction metadata topics (<server>.transaction)
+)
+
+
+class NormalizerMetricsSettings(MetricsSettings):
+    """The shared metrics endpoint settings with cdc-normalizer's own default port."""
+
+    port: int = DEFAULT_METRICS_PORT
+
+
+class NormalizerSettings(ServiceSettings):
+    """Everything cdc-normalizer reads from its environment, parsed once in ``__main__``."""
+
+    model_config = SettingsConfigDict(env_prefix="ICEFJORD_NORMALIZER_", env_nested_delimiter="__")
+
+    metrics: NormalizerMetricsSettings = Field(default_factory=NormalizerMetricsSettings)
+    include_pattern: str = Field(
+        default=DEFAULT_INCLUDE,
+        description="Regex of the Debezium topics to read; the consumer subscribes by it, so "
+        "new topics are picked up. Must start with '^' (librdkafka's pattern marker).",
+    )
+    exclude_patterns: tuple[str, ...] = Field(
+        default=DEFAULT_EXCLUDE,
+        description="Regexes (re.search); a matching topic is skipped even if included.",
+    )
+    group_id: str = "icefjord-cdc-normalizer"
+    transactional_id: str | None = Field(
+        default=None,
+        description="The producer's transactional.id; None gives '<group_id>-<hostname>'. "
+        "Must be unique per running instance and stable across its restarts.",
+    )
+    batch_size: int = Field(default=500, ge=1, description="Records per transaction at most.")
+    poll_timeout_s: float = Field(default=1.0, gt=0)
+    transaction_timeout_ms: int = Field(default=60_000, ge=1000)
+    max_record_bytes: int = Field(
+        default=900_000,
+        ge=1,
+        description="A consumed record whose key + value exceed this is dead-lettered.",
+    )
+    dead_letter_topic: str = DEAD_LETTER_TOPIC
+    output_partitions: int = Field(
+        default=3, ge=1, description="Partitions of a new changes topic."
+    )
+    topic_replication_factor: int | None = Field(
+        default=None,
+        ge=1,
+        description="Replication factor of topics we create; None keeps the catalog's (3). "
+        "Set 1 for a single-broker stack.",
+    )
+    set_compatibility: str | None = Field(
+        default="BACKWARD",
+        description="Compatibility set once per new value subject; None leaves the registry's.",
+    )
+
+    @field_validator("include_pattern")
+    @classmethod
+    def _include_compiles(cls, value: str) -> str:
+        if not value.startswith("^"):
+            raise ValueError("include_pattern must start with '^' to subscribe by pattern")
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"include_pattern is not a regular expression: {exc}") from exc
+        return value
+
+    @field_validator("exclude_patterns")
+    @classmethod
+    def _exclude_compile(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"exclude pattern {pattern!r}: {exc}") from exc
+        return value
+
+    def wants_topic(self, topic: str) -> bool:
+        """True for a topic matching the include pattern and no exclude pattern."""
+        if re.search(self.include_pattern, topic) is None:
+            return False
+        return not any(re.search(pattern, topic) for pattern in self.exclude_patterns)
+
+    def effective_transactional_id(self) -> str:
+        """:attr:`transactional_id`, or ``<group_id>-<hostname>``."""
+        return self.transactional_id or f"{self.group_id}-{socket.gethostname()}"
+
+    def _request(self, name: str, catalog_name: str, partitions: int | None) -> TopicRequest:
+        spec = next(t for t in contracts.topic_catalog() if t.name == catalog_name)
+        replication = self.topic_replication_factor or spec.replication_factor or 1
+        config: dict[str, str] = {}
+        if spec.cleanup_policy is not None:
+            config["cleanup.policy"] = spec.cleanup_policy
+        if spec.retention_ms is not None:
+            config["retention.ms"] = str(spec.retention_ms)
+        if spec.min_insync_replicas is not None:
+            config["min.insync.replicas"] = str(min(spec.min_insync_replicas, replication))
+        return TopicRequest(name, partitions or spec.partitions or 1, replication, config)
+
+    def dead_letter_request(self) -> TopicRequest:
+        """The dead-letter topic as the topic catalog specifies it."""
+        return self._request(self.dead_letter_topic, DEAD_LETTER_TOPIC, None)
+
+    def changes_request(self, topic: str) -> TopicRequest:
+        """A changes topic: catalog settings, :attr:`output_partitions` partitions."""
+        return self._request(topic, "icefjord.changes.<namespace>.<table>", self.output_partitions)

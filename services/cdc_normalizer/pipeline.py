@@ -1,0 +1,333 @@
+"""Per-record decisions of the service, without Kafka: decode -> normalize -> route.
+
+:class:`Router` turns one consumed :class:`SourceRecord` into exactly one :class:`Routing`:
+
+* :class:`Emit` - the change records to write (topic, Avro key datum, Avro value datum);
+* :class:`DeadLetter` - the ORIGINAL key and value bytes with the dead-letter headers;
+* :class:`Skip` - nothing to write (a tombstone, or a topic the settings exclude).
+
+It never raises for bad input. Only a registry that cannot be reached (``RetryableError`` from
+the schema lookup) escapes, so the service aborts the transaction and retries the batch.
+The offset helpers at the end decide what a transaction commits and where a failed batch
+resumes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import fastavro
+
+from services.cdc_normalizer.connect_schema import ConnectSchema, connect_schema_from_avro
+from services.cdc_normalizer.errors import InvalidSchema, NormalizeError
+from services.cdc_normalizer.normalize import (
+    DebeziumMessage,
+    Normalized,
+    NormalizeOptions,
+    Operation,
+    Origin,
+    RejectedRecord,
+    Tombstone,
+    normalize,
+)
+from services.cdc_normalizer.table_schema import TableId, TableSchema
+from shared.avro import MAGIC_BYTE, WireFormatError, split_header
+from shared.settings import CHANGES_TOPIC_PREFIX
+
+# Dead-letter header names, as contracts/topics.toml lists them for icefjord.deadletter.
+HEADER_ERROR_CLASS = "icefjord.error.class"
+HEADER_ERROR_MESSAGE = "icefjord.error.message"
+HEADER_SOURCE_TOPIC = "icefjord.source.topic"
+HEADER_SOURCE_PARTITION = "icefjord.source.partition"
+HEADER_SOURCE_OFFSET = "icefjord.source.offset"
+HEADER_FAILED_AT_MS = "icefjord.failed_at_ms"
+DEAD_LETTER_HEADERS = (
+    HEADER_ERROR_CLASS,
+    HEADER_ERROR_MESSAGE,
+    HEADER_SOURCE_TOPIC,
+    HEADER_SOURCE_PARTITION,
+    HEADER_SOURCE_OFFSET,
+    HEADER_FAILED_AT_MS,
+)
+MAX_ERROR_MESSAGE_BYTES = 1024
+
+Headers = tuple[tuple[str, bytes | None], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRecord:
+    """One consumed record, as plain values."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int | None = None
+    headers: Headers = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AvroWriter:
+    """A writer schema of Avro input: parsed for fastavro, and as the core's ConnectSchema.
+
+    ``error`` is set (and the others None) when the schema cannot be used: every record
+    written with it is dead-lettered with that error.
+    """
+
+    parsed: Any
+    connect: ConnectSchema | None
+    error: NormalizeError | None = None
+
+
+def avro_writer(schema: Any) -> AvroWriter:
+    """Build an :class:`AvroWriter` from an Avro schema (JSON text or parsed JSON)."""
+    try:
+        raw = json.loads(schema) if isinstance(schema, str) else schema
+        return AvroWriter(fastavro.parse_schema(raw), connect_schema_from_avro(raw))
+    except NormalizeError as exc:
+        return AvroWriter(None, None, exc)
+    except Exception as exc:  # fastavro / json raise many kinds on a malformed schema
+        return AvroWriter(None, None, InvalidSchema(f"unreadable Avro writer schema: {exc}"))
+
+
+SchemaLookup = Callable[[int], AvroWriter]
+"""Schema id -> writer; raises WireFormatError for an unknown id, RetryableError if unreachable."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeOut:
+    """One change record to write. ``key`` is None for TRUNCATE (null Kafka key).
+
+    ``schema`` is None only for a TRUNCATE without a row schema; the service then writes with
+    the table's latest value schema and fills the value's ``key`` with :func:`placeholder_datum`.
+    """
+
+    topic: str
+    table: TableId
+    op: Operation
+    schema: TableSchema | None
+    key: dict[str, Any] | None
+    value: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """Write these change records (one per source record today)."""
+
+    changes: tuple[ChangeOut, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """Write the original bytes to ``topic`` with ``headers``; ``reason`` labels the metric."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """Nothing to write: ``reason`` is ``tombstone`` or ``excluded``."""
+
+    reason: str
+
+
+Routing = Emit | DeadLetter | Skip
+
+_TOPIC_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def changes_topic(table: TableId) -> str:
+    """``icefjord.changes.<namespace>.<table>``; characters Kafka forbids (and dots) become _."""
+    namespace = _TOPIC_UNSAFE.sub("_", table.namespace)
+    name = _TOPIC_UNSAFE.sub("_", table.name)
+    return f"{CHANGES_TOPIC_PREFIX}{namespace}.{name}"
+
+
+def _truncate_utf8(text: str, limit: int) -> bytes:
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return data
+    return data[:limit].decode("utf-8", errors="ignore").encode("utf-8")
+
+
+def dead_letter(
+    record: SourceRecord,
+    *,
+    topic: str,
+    reason: str,
+    error_class: str,
+    message: str,
+    failed_at_ms: int,
+) -> DeadLetter:
+    """The dead letter of ``record``: original key, value and headers plus ours."""
+    ours: Headers = (
+        (HEADER_ERROR_CLASS, error_class.encode("utf-8")),
+        (HEADER_ERROR_MESSAGE, _truncate_utf8(message, MAX_ERROR_MESSAGE_BYTES)),
+        (HEADER_SOURCE_TOPIC, record.topic.encode("utf-8")),
+        (HEADER_SOURCE_PARTITION, str(record.partition).encode("ascii")),
+        (HEADER_SOURCE_OFFSET, str(record.offset).encode("ascii")),
+        (HEADER_FAILED_AT_MS, str(failed_at_ms).encode("ascii")),
+    )
+    return DeadLetter(topic, record.key, record.value, record.headers + ours, reason)
+
+
+def decode_side(data: bytes | None, lookup: SchemaLookup) -> tuple[Any, ConnectSchema | None]:
+    """Key or value as the core takes it: JSON bytes pass through; Avro (first byte 0) is
+    decoded with its writer schema, which is returned as a ConnectSchema.
+
+    Raises WireFormatError for a bad frame or body, NormalizeError for an unusable schema.
+    """
+    if not data or data[0] != MAGIC_BYTE:
+        return data, None
+    schema_id, body = split_header(data)
+    writer = lookup(schema_id)
+    if writer.error is not None:
+        raise writer.error
+    try:
+        datum = fastavro.schemaless_reader(io.BytesIO(body), writer.parsed, None)
+    except Exception as exc:  # fastavro raises many kinds on corrupt input
+        raise WireFormatError(f"Avro body does not match schema {schema_id}: {exc}") from exc
+    return datum, writer.connect
+
+
+@dataclass(frozen=True)
+class Router:
+    """Decides what one source record becomes; see the module docstring."""
+
+    lookup: SchemaLookup
+    clock_ms: Callable[[], int]
+    dead_letter_topic: str
+    max_record_bytes: int
+    wants_topic: Callable[[str], bool] = field(default=lambda topic: True)
+    options: NormalizeOptions = field(default_factory=NormalizeOptions)
+
+    def _dead(self, record: SourceRecord, reason: str, error_class: str, message: str) -> Routing:
+        return dead_letter(
+            record,
+            topic=self.dead_letter_topic,
+            reason=reason,
+            error_class=error_class,
+            message=message,
+            failed_at_ms=self.clock_ms(),
+        )
+
+    def route(self, record: SourceRecord) -> Routing:
+        """Route one record. Raises only RetryableError (from ``lookup``)."""
+        if not self.wants_topic(record.topic):
+            return Skip("excluded")
+        size = len(record.key or b"") + len(record.value or b"")
+        if size > self.max_record_bytes:
+            message = f"record of {size} bytes exceeds max_record_bytes={self.max_record_bytes}"
+            return self._dead(record, "oversized", "RecordTooLarge", message)
+        try:
+            key, key_schema = decode_side(record.key, self.lookup)
+            value, value_schema = decode_side(record.value, self.lookup)
+        except WireFormatError as exc:
+            return self._dead(record, "undecodable", type(exc).__name__, str(exc))
+        except NormalizeError as exc:
+            return self._dead(record, exc.reason, type(exc).__name__, exc.message)
+        origin = Origin(record.topic, record.partition, record.offset, record.timestamp_ms)
+        result = normalize(
+            DebeziumMessage(key, value, origin, key_schema, value_schema), self.options
+        )
+        if isinstance(result, RejectedRecord):
+            return self._dead(record, result.reason, result.error_class, result.message)
+        if isinstance(result, Tombstone):
+            return Skip("tombstone")
+        return Emit(tuple(_change_out(result, i) for i in range(len(result.changes))))
+
+
+def _change_out(result: Normalized, index: int) -> ChangeOut:
+    change = result.changes[index]
+    key = None if change.op is Operation.TRUNCATE else dict(change.key)
+    return ChangeOut(
+        topic=changes_topic(change.table),
+        table=change.table,
+        op=change.op,
+        schema=result.schema,
+        key=key,
+        value=change.to_record(),
+    )
+
+
+_PLACEHOLDER_LOGICAL: Mapping[str, Any] = {
+    "decimal": Decimal(0),
+    "uuid": "00000000-0000-0000-0000-000000000000",
+}
+_PLACEHOLDER_PRIMITIVE: Mapping[str, Any] = {
+    "null": None,
+    "boolean": False,
+    "int": 0,
+    "long": 0,
+    "float": 0.0,
+    "double": 0.0,
+    "string": "",
+    "bytes": b"",
+}
+
+
+def placeholder_datum(avro_type: Any, names: dict[str, Any] | None = None) -> Any:
+    """The "type default" datum of an Avro type: 0, "", b"", False, epoch, first enum symbol,
+    empty array/map, a record of placeholders, the first branch of a union.
+
+    TRUNCATE has no key, but the ``key`` field of the value is a required record; the service
+    fills it with this (its Kafka key is null). Raises ValueError for an unknown named type.
+    """
+    names = {} if names is None else names
+    if isinstance(avro_type, list):
+        return placeholder_datum(avro_type[0], names)
+    if isinstance(avro_type, str):
+        if avro_type in _PLACEHOLDER_PRIMITIVE:
+            return _PLACEHOLDER_PRIMITIVE[avro_type]
+        if avro_type in names:
+            return placeholder_datum(names[avro_type], names)
+        raise ValueError(f"unknown Avro type {avro_type!r}")
+    kind = avro_type.get("type")
+    logical = avro_type.get("logicalType")
+    if logical in _PLACEHOLDER_LOGICAL:
+        return _PLACEHOLDER_LOGICAL[logical]
+    if kind in ("record", "enum", "fixed"):
+        names[avro_type["name"]] = avro_type
+        namespace = avro_type.get("namespace")
+        if namespace:
+            names[f"{namespace}.{avro_type['name']}"] = avro_type
+    if kind == "record":
+        return {f["name"]: placeholder_datum(f["type"], names) for f in avro_type["fields"]}
+    if kind == "enum":
+        return avro_type["symbols"][0]
+    if kind == "fixed":
+        return bytes(avro_type["size"])
+    if kind == "array":
+        return []
+    if kind == "map":
+        return {}
+    return placeholder_datum(kind, names)
+
+
+def next_offsets(records: Iterable[SourceRecord]) -> dict[tuple[str, int], int]:
+    """The offsets a transaction commits: per partition, the last consumed offset + 1."""
+    out: dict[tuple[str, int], int] = {}
+    for record in records:
+        position = (record.topic, record.partition)
+        out[position] = max(out.get(position, 0), record.offset + 1)
+    return out
+
+
+def first_offsets(records: Iterable[SourceRecord]) -> dict[tuple[str, int], int]:
+    """Where a failed batch resumes when a partition has no committed offset yet."""
+    out: dict[tuple[str, int], int] = {}
+    for record in records:
+        position = (record.topic, record.partition)
+        out[position] = min(out.get(position, record.offset), record.offset)
+    return out

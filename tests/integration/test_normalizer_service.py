@@ -1,0 +1,457 @@
+"""cdc-normalizer against the real local Kafka and registry: routing, dead letters, exactly-once."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import re
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from datetime import date
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from harness import Stack, free_port
+from prometheus_client import CollectorRegistry
+
+from services.cdc_normalizer.app import NormalizerService
+from services.cdc_normalizer.config import NormalizerSettings
+from services.cdc_normalizer.metrics import NormalizerMetrics
+from shared.avro import AvroCodec
+from shared.errors import RetryableError
+from shared.kafka import TopicRequest, ensure_topics, make_admin, make_producer
+from shared.registry import make_registry_client
+
+COLUMNS: list[dict[str, Any]] = [
+    {"type": "int32", "optional": False, "field": "id"},
+    {"type": "string", "optional": True, "field": "email"},
+    {
+        "type": "bytes",
+        "optional": True,
+        "field": "balance",
+        "name": "org.apache.kafka.connect.data.Decimal",
+        "parameters": {"scale": "2", "connect.decimal.precision": "10"},
+    },
+    {"type": "int32", "optional": True, "field": "birth_date", "name": "io.debezium.time.Date"},
+]
+SOURCE_FIELDS = [
+    {"type": "string", "optional": False, "field": name}
+    for name in ("version", "connector", "name", "db", "schema", "table")
+] + [
+    {"type": "int64", "optional": False, "field": "ts_ms"},
+    {"type": "int64", "optional": True, "field": "txId"},
+    {"type": "int64", "optional": True, "field": "lsn"},
+]
+
+
+class Crash(Exception):
+    """Stands for the process dying between producing and committing."""
+
+
+def row(customer_id: int, email: str, cents: int, days: int) -> dict[str, Any]:
+    unscaled = cents.to_bytes(8, "big", signed=True).lstrip(b"\x00") or b"\x00"
+    return {
+        "id": customer_id,
+        "email": email,
+        "balance": base64.b64encode(unscaled).decode(),
+        "birth_date": days,
+    }
+
+
+def envelope(
+    table: str, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None, lsn: int
+) -> bytes:
+    value_struct = {"type": "struct", "optional": True, "name": "shop.inventory.customers.Value"}
+    schema = {
+        "type": "struct",
+        "optional": False,
+        "name": "shop.inventory.customers.Envelope",
+        "fields": [
+            {**value_struct, "field": "before", "fields": COLUMNS},
+            {**value_struct, "field": "after", "fields": COLUMNS},
+            {
+                "type": "struct",
+                "optional": False,
+                "field": "source",
+                "name": "io.debezium.connector.postgresql.Source",
+                "fields": SOURCE_FIELDS,
+            },
+            {"type": "string", "optional": False, "field": "op"},
+            {"type": "int64", "optional": True, "field": "ts_ms"},
+        ],
+    }
+    payload = {
+        "before": before,
+        "after": after,
+        "source": {
+            "version": "2.7.0.Final",
+            "connector": "postgresql",
+            "name": "shop",
+            "db": "shop",
+            "schema": "inventory",
+            "table": table,
+            "ts_ms": 1_700_000_000_000 + lsn,
+            "txId": 700 + lsn,
+            "lsn": lsn,
+        },
+        "op": op,
+        "ts_ms": 1_700_000_000_500 + lsn,
+    }
+    return json.dumps({"schema": schema, "payload": payload}).encode()
+
+
+def key(customer_id: int) -> bytes:
+    schema = {
+        "type": "struct",
+        "optional": False,
+        "name": "shop.inventory.customers.Key",
+        "fields": [{"type": "int32", "optional": False, "field": "id"}],
+    }
+    return json.dumps({"schema": schema, "payload": {"id": customer_id}}).encode()
+
+
+def read_all(stack: Stack, topic: str, isolation: str, settle_s: float = 4.0) -> list[Any]:
+    """Every record of ``topic`` (all partitions), read until nothing new for ``settle_s``."""
+    consumer = Consumer(
+        stack.kafka.client_config()
+        | {
+            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+        }
+    )
+    metadata = consumer.list_topics(topic, timeout=10)
+    partitions = sorted(metadata.topics[topic].partitions)
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+    out: list[Any] = []
+    quiet_since = time.monotonic()
+    while time.monotonic() - quiet_since < settle_s:
+        message = consumer.poll(0.5)
+        if message is None or message.error() is not None:
+            continue
+        out.append(message)
+        quiet_since = time.monotonic()
+    consumer.close()
+    return out
+
+
+def drain(service: NormalizerService, expected: int, timeout_s: float = 60.0) -> int:
+    """Step until ``expected`` records were committed (retrying like run_loop would)."""
+    done = 0
+    deadline = time.monotonic() + timeout_s
+    while done < expected and time.monotonic() < deadline:
+        try:
+            done += service.step()
+        except RetryableError:
+            time.sleep(0.5)
+    return done
+
+
+def unwrap(value: Any) -> Any:
+    """fastavro's return_record_name gives (name, record) for record union branches."""
+    return value[1] if isinstance(value, tuple) else value
+
+
+@pytest.fixture
+def setup(stack: Stack, unique: Callable[[str], str]) -> Any:
+    source_topic = f"{unique('shop')}.inventory.customers"
+    table = unique("customers")
+    dead_letter_topic = unique("deadletter")
+    admin = make_admin(stack.kafka)
+    ensure_topics(admin, [TopicRequest(source_topic, 1)])
+
+    def settings(**overrides: Any) -> NormalizerSettings:
+        values: dict[str, Any] = {
+            "kafka": stack.kafka,
+            "registry": stack.registry,
+            "include_pattern": f"^{re.escape(source_topic)}$",
+            "group_id": f"normalizer-{table}",
+            "transactional_id": f"tx-{table}",
+            "dead_letter_topic": dead_letter_topic,
+            "topic_replication_factor": 1,
+            "batch_size": 3,
+            "poll_timeout_s": 0.5,
+        }
+        return NormalizerSettings(**(values | overrides))
+
+    yield source_topic, table, dead_letter_topic, settings
+    output = f"icefjord.changes.inventory.{table}"
+    for future in admin.delete_topics([source_topic, dead_letter_topic, output]).values():
+        with contextlib.suppress(Exception):
+            future.result()
+
+
+def test_service_writes_typed_changes_dead_letters_and_is_exactly_once(
+    stack: Stack, setup: Any
+) -> None:
+    source_topic, table, dead_letter_topic, settings = setup
+    inputs: list[tuple[bytes | None, bytes | None]] = [
+        (key(1), envelope(table, "r", None, row(1, "ann@example.com", 12345, 19000), 100)),
+        (key(2), envelope(table, "c", None, row(2, "bob@example.com", -50, 0), 200)),
+        (
+            key(1),
+            envelope(
+                table,
+                "u",
+                row(1, "ann@example.com", 12345, 19000),
+                row(1, "ann@new.example", 99, 19001),
+                300,
+            ),
+        ),
+        (key(9), b'{"schema": {"type": "struct"'),  # invalid JSON
+        (key(2), envelope(table, "d", row(2, "bob@example.com", -50, 0), None, 400)),
+        (key(2), None),  # tombstone after the delete
+        (key(3), envelope(table, "c", None, None, 500)),  # op c without after
+        (key(3), envelope(table, "c", None, row(3, "cy@example.com", 1, 1), 600)),
+    ]
+    producer = make_producer(stack.kafka)
+    for k, v in inputs:
+        producer.produce(source_topic, key=k, value=v, headers=[("origin", b"test")])
+    producer.flush(10)
+
+    registry = CollectorRegistry()
+    service = NormalizerService(settings(), NormalizerMetrics.create(registry))
+    try:
+        assert drain(service, len(inputs)) == len(inputs)
+    finally:
+        service.close()
+
+    output_topic = f"icefjord.changes.inventory.{table}"
+    codec = AvroCodec(make_registry_client(stack.registry))
+    changes = read_all(stack, output_topic, "read_committed")
+    decoded = [(m, codec.deserialize(m.value())[1]) for m in changes]
+    decoded.sort(key=lambda pair: int(pair[1]["source"]["origin_offset"]))
+    assert [(v["op"], v["key"]["id"], v["source"]["origin_offset"]) for _, v in decoded] == [
+        ("READ", 1, "0"),
+        ("CREATE", 2, "1"),
+        ("UPDATE", 1, "2"),
+        ("DELETE", 2, "4"),
+        ("CREATE", 3, "7"),
+    ]
+    after = [unwrap(v["after"]) for _, v in decoded]
+    assert after[0] == {
+        "id": 1,
+        "email": "ann@example.com",
+        "balance": Decimal("123.45"),
+        "birth_date": date(2022, 1, 8),
+    }
+    assert after[1] is not None and after[1]["balance"] == Decimal("-0.50")
+    assert after[2] is not None and after[2]["birth_date"] == date(2022, 1, 9)
+    assert after[3] is None
+    for message, value in decoded:
+        assert codec.deserialize(message.key())[1] == {"id": value["key"]["id"]}
+        assert value["position"] == f"{value['source']['lsn']:0>20}.{value['tx_id']:0>20}"
+    # Per-key order holds inside each output partition.
+    for partition in {m.partition() for m, _ in decoded}:
+        offsets = [
+            int(v["source"]["origin_offset"]) for m, v in decoded if m.partition() == partition
+        ]
+        in_log_order = [
+            int(codec.deserialize(m.value())[1]["source"]["origin_offset"])
+            for m in changes
+            if m.partition() == partition
+        ]
+        assert in_log_order == sorted(offsets)
+
+    dead = read_all(stack, dead_letter_topic, "read_committed")
+    dead.sort(key=lambda m: int(dict(m.headers())["icefjord.source.offset"]))
+    assert [(m.key(), m.value()) for m in dead] == [inputs[3], inputs[6]]
+    for message, offset, error_class in zip(
+        dead, (3, 6), ("InvalidJson", "MissingAfter"), strict=True
+    ):
+        headers = dict(message.headers())
+        assert headers["origin"] == b"test"
+        assert headers["icefjord.error.class"] == error_class.encode()
+        assert headers["icefjord.source.topic"] == source_topic.encode()
+        assert headers["icefjord.source.partition"] == b"0"
+        assert headers["icefjord.source.offset"] == str(offset).encode()
+        assert abs(int(headers["icefjord.failed_at_ms"]) - time.time() * 1000) < 600_000
+
+    sample = registry.get_sample_value
+    assert sample("icefjord_normalizer_records_in_total", {"topic": source_topic}) == 8
+    assert sample("icefjord_normalizer_tombstones_total", {"topic": source_topic}) == 1
+    assert sample("icefjord_normalizer_dead_letters_total", {"reason": "invalid_json"}) == 1
+    assert sample("icefjord_normalizer_dead_letters_total", {"reason": "missing_after"}) == 1
+    labels = {"table": f"inventory.{table}", "op": "UPDATE"}
+    assert sample("icefjord_normalizer_changes_out_total", labels) == 1
+
+    # A crash between producing and committing: the transaction stays open, the process is gone.
+    more = [
+        (key(4), envelope(table, "c", None, row(4, "dee@example.com", 400, 4), 700)),
+        (key(4), envelope(table, "u", None, row(4, "dee@example.org", 401, 4), 800)),
+    ]
+    for k, v in more:
+        producer.produce(source_topic, key=k, value=v)
+    producer.flush(10)
+    crashing = NormalizerService(settings(), NormalizerMetrics.create(CollectorRegistry()))
+
+    def crash(_producer: Any) -> None:
+        raise Crash
+
+    crashing._commit = crash  # type: ignore[method-assign]
+    deadline = time.monotonic() + 60
+    with pytest.raises(Crash):
+        while time.monotonic() < deadline:
+            crashing.step()
+    assert crashing._consumer is not None
+    crashing._consumer.close()  # leaves the group; its producer's transaction is left open
+
+    # A new instance with the same transactional.id fences the dead one and redoes the batch.
+    restarted = NormalizerService(settings(), NormalizerMetrics.create(CollectorRegistry()))
+    try:
+        assert drain(restarted, len(more)) == len(more)
+    finally:
+        restarted.close()
+    committed = [
+        codec.deserialize(m.value())[1] for m in read_all(stack, output_topic, "read_committed")
+    ]
+    origin_offsets = sorted(int(v["source"]["origin_offset"]) for v in committed)
+    assert origin_offsets == [0, 1, 2, 4, 7, 8, 9]  # each change once
+    uncommitted = read_all(stack, output_topic, "read_uncommitted")
+    assert len(uncommitted) > len(committed)  # the crashed attempt really wrote (aborted) records
+
+    # Running again over the same input (new instance, same group) emits nothing new.
+    again = NormalizerService(
+        settings(transactional_id=f"tx2-{table}"), NormalizerMetrics.create(CollectorRegistry())
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            assert again.step() == 0
+    finally:
+        again.close()
+    assert len(read_all(stack, output_topic, "read_committed")) == len(committed)
+    assert len(read_all(stack, dead_letter_topic, "read_committed")) == 2
+
+
+class FlakyRegistry:
+    """A registry client that fails like an unreachable registry while ``down`` is set."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.down = True
+
+    def __getattr__(self, name: str) -> Any:
+        if self.down:
+            raise ConnectionError("registry unreachable (simulated)")
+        return getattr(self.real, name)
+
+
+def test_registry_outage_aborts_the_batch_and_the_retry_writes_it_once(
+    stack: Stack, setup: Any
+) -> None:
+    source_topic, table, dead_letter_topic, settings = setup
+    inputs = [
+        (key(7), b"not json at all"),
+        (key(7), envelope(table, "c", None, row(7, "eve@example.com", 700, 7), 100)),
+    ]
+    producer = make_producer(stack.kafka)
+    for k, v in inputs:
+        producer.produce(source_topic, key=k, value=v)
+    producer.flush(10)
+
+    registry = FlakyRegistry(make_registry_client(stack.registry))
+    service = NormalizerService(
+        settings(batch_size=10), NormalizerMetrics.create(CollectorRegistry()), registry=registry
+    )
+    try:
+        deadline = time.monotonic() + 60
+        failures = 0
+        while failures == 0 and time.monotonic() < deadline:
+            try:
+                assert service.step() == 0  # nothing can commit while the registry is down
+            except RetryableError:
+                failures += 1
+        assert failures == 1
+        registry.down = False  # the registry is back: the same batch is redone
+        assert drain(service, len(inputs)) == len(inputs)
+    finally:
+        service.close()
+
+    output_topic = f"icefjord.changes.inventory.{table}"
+    codec = AvroCodec(make_registry_client(stack.registry))
+    changes = [
+        codec.deserialize(m.value())[1] for m in read_all(stack, output_topic, "read_committed")
+    ]
+    assert [(c["op"], c["key"]) for c in changes] == [("CREATE", {"id": 7})]
+    committed_dead = read_all(stack, dead_letter_topic, "read_committed")
+    assert [(m.key(), m.value()) for m in committed_dead] == [inputs[0]]
+    # The aborted attempt had already written the dead letter; readers never see that copy.
+    assert len(read_all(stack, dead_letter_topic, "read_uncommitted")) == 2
+
+
+def truncate_event(table: str, lsn: int) -> bytes:
+    payload = {
+        "before": None,
+        "after": None,
+        "source": {
+            "version": "2.7.0.Final",
+            "connector": "postgresql",
+            "name": "shop",
+            "db": "shop",
+            "schema": "inventory",
+            "table": table,
+            "ts_ms": 1_700_000_000_000 + lsn,
+            "txId": 700 + lsn,
+            "lsn": lsn,
+        },
+        "op": "t",
+        "ts_ms": 1_700_000_000_500 + lsn,
+    }
+    return json.dumps(payload).encode()  # schemaless: a truncate carries no row schema
+
+
+def test_main_run_serves_metrics_writes_a_truncate_and_stops_on_request(
+    stack: Stack, setup: Any
+) -> None:
+    from services.cdc_normalizer.__main__ import run
+
+    source_topic, table, _dead_letter_topic, settings = setup
+    producer = make_producer(stack.kafka)
+    producer.produce(
+        source_topic,
+        key=key(5),
+        value=envelope(table, "c", None, row(5, "fay@example.com", 5, 5), 100),
+    )
+    producer.produce(source_topic, key=None, value=truncate_event(table, 200))
+    producer.flush(10)
+
+    port = free_port()
+    values = settings().model_dump()
+    values["metrics"] = {"host": "127.0.0.1", "port": port}
+    stop = threading.Event()
+    runner = threading.Thread(target=run, args=(NormalizerSettings(**values), stop), daemon=True)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 60
+        body = ""
+        while time.monotonic() < deadline and "records_in_total{" not in body:
+            time.sleep(0.5)
+            with contextlib.suppress(OSError):
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+        assert f'icefjord_normalizer_records_in_total{{topic="{source_topic}"}} 2.0' in body
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz") as response:
+            assert response.status == 200
+    finally:
+        stop.set()
+        runner.join(15)
+    assert not runner.is_alive()
+
+    output_topic = f"icefjord.changes.inventory.{table}"
+    codec = AvroCodec(make_registry_client(stack.registry))
+    messages = read_all(stack, output_topic, "read_committed")
+    decoded = sorted(
+        ((m, codec.deserialize(m.value())[1]) for m in messages),
+        key=lambda pair: pair[1]["position"],
+    )
+    assert [v["op"] for _, v in decoded] == ["CREATE", "TRUNCATE"]
+    truncate_message, truncate = decoded[1]
+    assert truncate_message.key() is None
+    assert truncate["after"] is None
+    assert truncate["key"] == {"id": 0}  # the documented placeholder
