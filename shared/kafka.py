@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,6 +79,20 @@ def ensure_topics(admin: AdminClient, topics: Iterable[TopicRequest], timeout: f
             if isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 continue
             raise RetryableError(f"cannot create topic {name}: {exc}") from exc
+    _await_metadata(admin, [t.name for t in missing], timeout)
+
+
+def _await_metadata(admin: AdminClient, names: list[str], timeout: float) -> None:
+    """Return once every topic in ``names`` shows in the cluster metadata: creation is
+    acknowledged by the controller before brokers serve it, and callers produce at once."""
+    deadline = time.monotonic() + timeout
+    while True:
+        known = admin.list_topics(timeout=timeout).topics
+        if all(name in known and known[name].error is None for name in names):
+            return
+        if time.monotonic() > deadline:
+            raise RetryableError(f"topics {names} created but not yet in metadata")
+        time.sleep(0.1)
 
 
 def _fitted(topic: TopicRequest, brokers: int) -> NewTopic:

@@ -146,6 +146,10 @@ def test_replication_is_capped_at_the_broker_count(
         admin,
         [TopicRequest(name, replication_factor=brokers + 2, config={"min.insync.replicas": "2"})],
     )
-    partition = admin.list_topics(timeout=10).topics[name].partitions[0]
-    assert len(partition.replicas) == brokers
+    deadline = time.monotonic() + 15
+    topics = admin.list_topics(timeout=10).topics
+    while name not in topics and time.monotonic() < deadline:  # metadata propagates async
+        time.sleep(0.2)
+        topics = admin.list_topics(timeout=10).topics
+    assert len(topics[name].partitions[0].replicas) == brokers
     admin.delete_topics([name])[name].result()
