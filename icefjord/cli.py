@@ -9,6 +9,7 @@ from rich.table import Table
 from icefjord.local.components import Health
 from icefjord.local.settings import LocalSettings
 from icefjord.local.stack import LocalStack, StartError
+from services.cdc_normalizer.bench import InputFormat, bench
 from services.cdc_normalizer.cli import normalize_command
 from services.schema_watcher.cli import schema_app
 
@@ -16,6 +17,8 @@ app = typer.Typer(help="Icefjord: Debezium change streams into fresh Apache Iceb
 local_app = typer.Typer(help="The local stack: real Kafka, Apicurio Registry, Spark + Iceberg.")
 app.add_typer(local_app, name="local")
 app.add_typer(schema_app, name="schema")
+bench_app = typer.Typer(help="Throughput benchmarks of the pure processing paths (no Kafka).")
+app.add_typer(bench_app, name="bench")
 app.command("normalize")(normalize_command)
 
 console = Console()
@@ -84,6 +87,32 @@ def local_smoke() -> None:
     checks = run_smoke(LocalSettings(), report)
     if not all(c.ok for c in checks):
         raise typer.Exit(1)
+
+
+@bench_app.command("normalize")
+def bench_normalize(
+    records: int = typer.Option(50_000, "--records", min=1, help="Messages to generate."),
+    fmt: str = typer.Option("both", "--format", help="Input format: json, avro or both."),
+) -> None:
+    """Time decode -> normalize -> Avro encode of Debezium Postgres changes, per process."""
+    if fmt not in ("json", "avro", "both"):
+        errors.print(f"[red]--format must be json, avro or both, not {fmt!r}[/]")
+        raise typer.Exit(2)
+    formats: list[InputFormat] = ["json", "avro"] if fmt == "both" else [fmt]  # type: ignore[list-item]
+    table = Table(title=f"cdc-normalizer: {records} Debezium Postgres changes, one process")
+    for column in ("input", "records", "changes", "seconds", "changes/s"):
+        table.add_column(column, justify="right")
+    for one in formats:
+        with console.status(f"generating and routing {records} {one} messages"):
+            result = bench(records, one)
+        table.add_row(
+            one,
+            str(result.records),
+            str(result.changes),
+            f"{result.seconds:.2f}",
+            f"{result.changes_per_second:,.0f}",
+        )
+    console.print(table)
 
 
 if __name__ == "__main__":

@@ -17,10 +17,19 @@ from typing import Any
 
 import pytest
 from harness import Stack, free_port
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 
 from icefjord.local.settings import LocalSettings
 from icefjord.local.stack import LocalStack
 from shared.settings import CatalogSettings, KafkaSettings, RegistrySettings
+
+# The test machine has 2 cores shared with Kafka, the registry and Spark: per-example
+# deadlines would make property tests fail on load, not on behaviour.
+hypothesis_settings.register_profile(
+    "icefjord", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+hypothesis_settings.load_profile("icefjord")
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from services.cdc_normalizer.config import NormalizerSettings
-from services.cdc_normalizer.metrics import NormalizerMetrics
+from services.cdc_normalizer.metrics import NormalizerMetrics, lag_by_topic, latency_seconds
 from services.cdc_normalizer.normalize import Operation
 from services.cdc_normalizer.pipeline import (
     AvroWriter,
@@ -95,6 +95,7 @@ class NormalizerService:
         self._subjects_configured: set[str] = set()
         self._schema_ids: set[tuple[str, int]] = set()
         self._latest_value_schema: dict[str, str] = {}
+        self._lag_topics: set[str] = set()
         self._router = Router(
             lookup=self._writer,
             clock_ms=_now_ms,
@@ -175,7 +176,29 @@ class NormalizerService:
             raise RetryableError(f"batch aborted, will redo it: {exc}") from exc
         self._metrics.batch_seconds.observe(time.monotonic() - started)
         self._count(records, tally)
+        for seconds in latency_seconds((r.timestamp_ms for r in records), _now_ms()):
+            self._metrics.processing_latency_seconds.observe(seconds)
+        self._update_lag(consumer)
         return len(records)
+
+    def _update_lag(self, consumer: Consumer) -> None:
+        """Set ``consumer_lag`` per topic from the positions and cached high watermarks of the
+        assigned partitions; topics no longer assigned are dropped. Never fails the batch."""
+        try:
+            rows: list[tuple[str, int, int]] = []
+            for tp in consumer.position(consumer.assignment()):
+                watermarks = consumer.get_watermark_offsets(tp, cached=True)
+                high = watermarks[1] if watermarks is not None else -1
+                rows.append((str(tp.topic), int(tp.offset), int(high)))
+        except KafkaException as exc:
+            log.debug("consumer lag not updated", extra={"error": str(exc)})
+            return
+        lag = lag_by_topic(rows)
+        for topic in self._lag_topics - set(lag):
+            self._metrics.consumer_lag.remove(topic)
+        for topic, value in lag.items():
+            self._metrics.consumer_lag.labels(topic=topic).set(value)
+        self._lag_topics = set(lag)
 
     def _transact(
         self, consumer: Consumer, producer: Producer, records: list[SourceRecord]

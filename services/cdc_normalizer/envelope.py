@@ -76,11 +76,32 @@ def decode_json(raw: bytes | str, what: str) -> Any:
         raise InvalidJson(f"{what} is not JSON: {exc}") from None
 
 
+_SCHEMA_CACHE: dict[tuple[str, str], ConnectSchema] = {}
+_SCHEMA_CACHE_SIZE = 1024
+
+
+def _tagged(value: Any) -> str:
+    return f"\x00{type(value).__name__}:{value}"
+
+
+def _cached_schema(block: Any, where: str) -> ConnectSchema:
+    """:func:`connect_schema_from_json`, cached by the block's JSON text (every JsonConverter
+    record repeats the same block). Failures are not cached; the cache is bounded."""
+    key = (json.dumps(block, default=_tagged), where)
+    schema = _SCHEMA_CACHE.get(key)
+    if schema is None:
+        schema = connect_schema_from_json(block, where)
+        if len(_SCHEMA_CACHE) >= _SCHEMA_CACHE_SIZE:
+            _SCHEMA_CACHE.clear()
+        _SCHEMA_CACHE[key] = schema
+    return schema
+
+
 def _split_schema(value: Any, given: ConnectSchema | None, what: str) -> tuple[Any, Any]:
     """``(payload, schema)`` of a value that may be a JsonConverter schema/payload pair."""
     if isinstance(value, Mapping) and set(value) == {"schema", "payload"}:
         block = value["schema"]
-        schema = connect_schema_from_json(block, f"{what}.schema") if block is not None else None
+        schema = _cached_schema(block, f"{what}.schema") if block is not None else None
         return value["payload"], schema or given
     return value, given
 

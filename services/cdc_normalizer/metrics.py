@@ -6,16 +6,17 @@ an offset or a schema id.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 PREFIX = "icefjord_normalizer"
 
 
 @dataclass(frozen=True)
 class NormalizerMetrics:
-    """The counters and histograms cdc-normalizer updates; build with :meth:`create`."""
+    """The counters, gauges and histograms cdc-normalizer updates; build with :meth:`create`."""
 
     records_in: Counter
     changes_out: Counter
@@ -23,6 +24,8 @@ class NormalizerMetrics:
     tombstones: Counter
     batch_seconds: Histogram
     schema_versions_registered: Counter
+    processing_latency_seconds: Histogram
+    consumer_lag: Gauge
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> NormalizerMetrics:
@@ -64,4 +67,37 @@ class NormalizerMetrics:
                 ["table"],
                 registry=registry,
             ),
+            processing_latency_seconds=Histogram(
+                f"{PREFIX}_processing_latency_seconds",
+                "Commit time minus the source record's Kafka timestamp, per committed record.",
+                buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
+                registry=registry,
+            ),
+            consumer_lag=Gauge(
+                f"{PREFIX}_consumer_lag",
+                "Records not yet consumed (high watermark minus position), summed per topic "
+                "over the assigned partitions; updated after each committed batch.",
+                ["topic"],
+                registry=registry,
+            ),
         )
+
+
+def latency_seconds(timestamps_ms: Iterable[int | None], now_ms: int) -> list[float]:
+    """Per record, ``now_ms`` minus its Kafka timestamp in seconds; records without a timestamp
+    are left out, and a timestamp in the future (clock skew) counts as 0."""
+    return [max(0, now_ms - ts) / 1000 for ts in timestamps_ms if ts is not None and ts >= 0]
+
+
+def lag_by_topic(partitions: Iterable[tuple[str, int, int]]) -> dict[str, int]:
+    """Sum per topic of ``high - position`` over ``(topic, position, high_watermark)``.
+
+    A partition whose position or watermark is not known yet (negative, e.g. librdkafka's
+    OFFSET_INVALID) is left out; a position past the cached watermark counts as 0.
+    """
+    out: dict[str, int] = {}
+    for topic, position, high in partitions:
+        if position < 0 or high < 0:
+            continue
+        out[topic] = out.get(topic, 0) + max(0, high - position)
+    return out
