@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import shutil
 import socket
 import subprocess
@@ -220,7 +221,7 @@ class ApicurioRegistry:
             running = self.process.pid() is not None
             detail = "starting" if running else f"stopped ({getattr(exc, 'reason', exc)})"
             return Health(self.name, self.address(), False, detail)
-        subjects = body.count('"') // 2
+        subjects = len(json.loads(body))
         return Health(self.name, self.address(), True, f"Apicurio ccompat API, {subjects} subjects")
 
     def log_tail(self) -> str:

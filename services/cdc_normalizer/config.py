@@ -12,9 +12,9 @@ import socket
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-import contracts
 from shared.kafka import TopicRequest
 from shared.settings import DEAD_LETTER_TOPIC, MetricsSettings, ServiceSettings
+from shared.topics import catalog_topic_request
 
 DEFAULT_METRICS_PORT = 9401
 DEFAULT_INCLUDE = r"^[^.]+\.[^.]+\.[^.]+$"
@@ -108,16 +108,12 @@ class NormalizerSettings(ServiceSettings):
         return self.transactional_id or f"{self.group_id}-{socket.gethostname()}"
 
     def _request(self, name: str, catalog_name: str, partitions: int | None) -> TopicRequest:
-        spec = next(t for t in contracts.topic_catalog() if t.name == catalog_name)
-        replication = self.topic_replication_factor or spec.replication_factor or 1
-        config: dict[str, str] = {}
-        if spec.cleanup_policy is not None:
-            config["cleanup.policy"] = spec.cleanup_policy
-        if spec.retention_ms is not None:
-            config["retention.ms"] = str(spec.retention_ms)
-        if spec.min_insync_replicas is not None:
-            config["min.insync.replicas"] = str(min(spec.min_insync_replicas, replication))
-        return TopicRequest(name, partitions or spec.partitions or 1, replication, config)
+        return catalog_topic_request(
+            name,
+            catalog_name,
+            partitions=partitions,
+            replication_factor=self.topic_replication_factor,
+        )
 
     def dead_letter_request(self) -> TopicRequest:
         """The dead-letter topic as the topic catalog specifies it."""

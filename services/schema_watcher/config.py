@@ -11,9 +11,9 @@ import re
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-import contracts
 from shared.kafka import TopicRequest
 from shared.settings import CONTROL_TOPIC, MetricsSettings, ServiceSettings
+from shared.topics import catalog_topic_request
 
 DEFAULT_SUBJECT_PATTERN = r"^icefjord\.changes\..+-value$"
 DEFAULT_METRICS_PORT = 9402
@@ -73,18 +73,6 @@ class WatcherSettings(ServiceSettings):
     def control_topic_request(self) -> TopicRequest:
         """The control topic as the contracts' topic catalog specifies it, with the
         replication factor (and ``min.insync.replicas``, never above it) overridable."""
-        spec = next(t for t in contracts.topic_catalog() if t.name == CONTROL_TOPIC)
-        replication = self.topic_replication_factor or spec.replication_factor or 1
-        config: dict[str, str] = {}
-        if spec.cleanup_policy is not None:
-            config["cleanup.policy"] = spec.cleanup_policy
-        if spec.retention_ms is not None:
-            config["retention.ms"] = str(spec.retention_ms)
-        if spec.min_insync_replicas is not None:
-            config["min.insync.replicas"] = str(min(spec.min_insync_replicas, replication))
-        return TopicRequest(
-            name=self.control_topic,
-            partitions=spec.partitions or 1,
-            replication_factor=replication,
-            config=config,
+        return catalog_topic_request(
+            self.control_topic, CONTROL_TOPIC, replication_factor=self.topic_replication_factor
         )
