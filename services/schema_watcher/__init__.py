@@ -4,9 +4,9 @@ The pure core lives here: `plan_evolution` decides, `apply_plan` shows what a pl
 """
 
 from services.schema_watcher.apply import apply_plan, normalize_row_schema, schemas_equivalent
-from services.schema_watcher.avro_types import MalformedSchemaError
 from services.schema_watcher.evolution import plan_evolution
 from services.schema_watcher.plan import EvolutionPlan, OperationKind, SchemaOperation, Verdict
+from shared.avro_types import MalformedSchemaError
 
 __all__ = [
     "EvolutionPlan",

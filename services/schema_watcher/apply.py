@@ -14,14 +14,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from services.schema_watcher.avro_types import (
+from services.schema_watcher.plan import EvolutionPlan, OperationKind, SchemaOperation, Verdict
+from shared.avro_types import (
     DEPRECATED_PROPERTY,
     family,
     normalize_type,
     split_nullable,
 )
-from services.schema_watcher.plan import EvolutionPlan, OperationKind, SchemaOperation, Verdict
-from services.schema_watcher.schema_view import read_schema
+from shared.schema_view import read_schema
 
 # Operations name fields by their OLD names; the applied tree remembers them under this key
 # until the end, so a renamed parent still resolves for its children's operations.

@@ -18,7 +18,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from services.schema_watcher.avro_types import (
+from services.schema_watcher.plan import EvolutionPlan, OperationKind, SchemaOperation, Verdict
+from shared.avro_types import (
     NARROWINGS,
     WIDENINGS,
     MalformedSchemaError,
@@ -29,8 +30,7 @@ from services.schema_watcher.avro_types import (
     type_label,
     unsupported_union,
 )
-from services.schema_watcher.plan import EvolutionPlan, OperationKind, SchemaOperation, Verdict
-from services.schema_watcher.schema_view import SchemaView, read_schema
+from shared.schema_view import SchemaView, read_schema
 
 
 def plan_evolution(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> EvolutionPlan:

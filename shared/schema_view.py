@@ -14,7 +14,7 @@ from typing import Any
 
 import fastavro
 
-from services.schema_watcher.avro_types import (
+from shared.avro_types import (
     MalformedSchemaError,
     expand_named_types,
     family,

@@ -1,0 +1,1 @@
+"""iceberg-writer: normalized change records into Iceberg tables, exactly once, through Spark."""

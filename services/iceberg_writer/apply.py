@@ -1,0 +1,191 @@
+"""One Iceberg commit per table and batch, through Spark, with the checkpoint in its summary.
+
+The batch travels Python -> Arrow -> a Parquet staging file -> Spark (never Python tuples):
+Arrow types the values once, Spark reads them with its vectorised reader, and the staging
+file is deleted after the commit. The commit's snapshot summary carries the offsets, commit
+id, epoch and watermark, set through Iceberg's ``CommitMetadata`` for the calling thread.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.io.pyarrow import schema_to_pyarrow
+from pyiceberg.table import Table
+from pyspark.sql import DataFrame, SparkSession
+
+from services.iceberg_writer.changes import BatchPlan, Change, Op, Path
+from services.iceberg_writer.tables import quote
+from services.iceberg_writer.types import Converter, MetadataColumns
+
+log = logging.getLogger(__name__)
+
+DELETE_FLAG = "_icefjord_delete"
+
+
+class CommitConflictError(RuntimeError):
+    """Iceberg refused the commit because another commit changed what the batch touched."""
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    path: Path
+    seconds: float
+
+
+@contextmanager
+def commit_properties(spark: SparkSession, properties: Mapping[str, str]) -> Iterator[None]:
+    """Make every Iceberg commit this thread runs carry ``properties`` in its summary."""
+    jvm: Any = spark.sparkContext._jvm
+    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    cls = jvm.java.lang.Class.forName("org.apache.iceberg.spark.CommitMetadata", True, loader)
+    holder = cls.getDeclaredField("COMMIT_PROPERTIES")
+    holder.setAccessible(True)
+    local = holder.get(None)
+    values = jvm.java.util.HashMap()
+    for key, value in properties.items():
+        values.put(key, value)
+    local.set(values)
+    try:
+        yield
+    finally:
+        local.remove()
+
+
+def arrow_batch(
+    plan: BatchPlan,
+    table: Table,
+    keys: Sequence[str],
+    converters: Mapping[str, Converter],
+    metadata: MetadataColumns,
+) -> pa.Table:
+    """The batch as an Arrow table: every table column (all nullable) plus the delete flag."""
+    schema = schema_to_pyarrow(table.schema(), include_field_ids=False)
+    fields = [pa.field(f.name, f.type, nullable=True) for f in schema]
+    fields.append(pa.field(DELETE_FLAG, pa.bool_(), nullable=False))
+    arrow_schema = pa.schema(fields)
+    rows: list[dict[str, Any]] = []
+    for change in plan.upserts + plan.deletes:
+        row: dict[str, Any] = {}
+        if change.row is not None and change.op is not Op.DELETE:
+            row.update(change.row)
+            for name, convert in converters.items():
+                if name in row:
+                    row[name] = convert(row[name])
+        for name, value in zip(keys, change.key, strict=True):
+            row[name] = value
+        if metadata.op:
+            row[metadata.op] = change.op.value
+        row[metadata.position] = change.position
+        if metadata.source_ts:
+            row[metadata.source_ts] = dt.datetime.fromtimestamp(change.source_ts_ms / 1000, dt.UTC)
+        row[DELETE_FLAG] = change.op is Op.DELETE
+        rows.append(row)
+    return pa.Table.from_pylist(rows, schema=arrow_schema)
+
+
+class BatchWriter:
+    """Writes planned batches into tables with Spark."""
+
+    def __init__(self, spark: SparkSession, staging_dir: str | None = None) -> None:
+        self._spark = spark
+        self._staging = staging_dir or tempfile.mkdtemp(prefix="icefjord-writer-")
+        os.makedirs(self._staging, exist_ok=True)
+
+    def write(
+        self,
+        target: str,
+        plan: BatchPlan,
+        batch: pa.Table,
+        columns: Sequence[str],
+        keys: Sequence[str],
+        position_column: str,
+        table_is_empty: bool,
+        summary: Mapping[str, str],
+    ) -> WriteResult:
+        """Commit ``batch`` to ``target`` (a quoted Spark name) as ONE Iceberg snapshot."""
+        started = time.monotonic()
+        path = plan.path(table_is_empty)
+        staged = os.path.join(self._staging, f"batch-{uuid.uuid4().hex}.parquet")
+        pq.write_table(batch, staged)
+        try:
+            frame = self._spark.read.parquet(staged)
+            with commit_properties(self._spark, summary):
+                try:
+                    if path is Path.APPEND:
+                        frame.drop(DELETE_FLAG).writeTo(target).append()
+                    else:
+                        self._merge(target, frame, path, columns, keys, position_column)
+                except Exception as exc:
+                    if _is_conflict(exc):
+                        raise CommitConflictError(_first_line(exc)) from exc
+                    raise
+        finally:
+            os.remove(staged)
+        return WriteResult(path, time.monotonic() - started)
+
+    def _merge(
+        self,
+        target: str,
+        frame: DataFrame,
+        path: Path,
+        columns: Sequence[str],
+        keys: Sequence[str],
+        position_column: str,
+    ) -> None:
+        view = f"icefjord_batch_{uuid.uuid4().hex}"
+        frame.createOrReplaceTempView(view)
+        try:
+            on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
+            pos = quote(position_column)
+            guard = "" if path is Path.REPLACE else f" AND (t.{pos} IS NULL OR s.{pos} >= t.{pos})"
+            updates = ", ".join(f"t.{quote(c)} = s.{quote(c)}" for c in columns if c not in keys)
+            names = ", ".join(quote(c) for c in columns)
+            values = ", ".join(f"s.{quote(c)}" for c in columns)
+            flag = quote(DELETE_FLAG)
+            statement = (
+                f"MERGE INTO {target} t USING {view} s ON {on} "
+                f"WHEN MATCHED AND s.{flag}{guard} THEN DELETE "
+                f"WHEN MATCHED AND NOT s.{flag}{guard} THEN UPDATE SET {updates} "
+                f"WHEN NOT MATCHED AND NOT s.{flag} THEN INSERT ({names}) VALUES ({values})"
+            )
+            if path is Path.REPLACE:
+                statement += " WHEN NOT MATCHED BY SOURCE THEN DELETE"
+            self._spark.sql(statement)
+        finally:
+            self._spark.catalog.dropTempView(view)
+
+
+_CONFLICTS = (
+    "CommitFailedException",
+    "ValidationException",
+    "Found conflicting files",
+    "Cannot commit",
+)
+
+
+def _is_conflict(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__}: {exc}"
+    return any(marker in text for marker in _CONFLICTS)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:500]
+
+
+def changes_summary(changes: Sequence[Change]) -> dict[Op, int]:
+    out: dict[Op, int] = {}
+    for change in changes:
+        out[change.op] = out.get(change.op, 0) + 1
+    return out

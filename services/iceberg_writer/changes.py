@@ -1,0 +1,137 @@
+"""Planning one table's batch: the latest change per key, truncates, and the write path.
+
+Pure functions over decoded change records; no Kafka, no Spark. The rules (service README,
+"Apply"):
+
+- Within a batch each key keeps only its latest change, by source position, with the Kafka
+  offset breaking ties (a replay of the same change gives the same row).
+- A truncate empties the table: changes ordered before the latest truncate are dropped, and
+  the batch is applied with "delete every row the batch does not write".
+- Against the table, a change applies only if its position is at least the stored row's
+  (that comparison happens in the MERGE itself, see ``apply.py``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Op(enum.StrEnum):
+    CREATE = "CREATE"
+    UPDATE = "UPDATE"
+    DELETE = "DELETE"
+    READ = "READ"
+    TRUNCATE = "TRUNCATE"
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One decoded change record and where it came from."""
+
+    table: str
+    op: Op
+    position: str
+    source_ts_ms: int
+    key: tuple[Any, ...]
+    row: Mapping[str, Any] | None
+    topic: str
+    partition: int
+    offset: int
+    schema_id: int
+
+    @property
+    def order(self) -> tuple[str, int, int]:
+        """Sort key among the changes of one key: position, then partition and offset."""
+        return (self.position, self.partition, self.offset)
+
+
+class Path(enum.StrEnum):
+    """How a batch reaches the table."""
+
+    APPEND = "append"  # the table is empty and nothing is deleted: plain append, no merge
+    MERGE = "merge"  # upserts and deletes guarded by the stored position
+    REPLACE = "replace"  # a truncate: the batch's rows become the whole table
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPlan:
+    """What one commit writes for one table."""
+
+    table: str
+    upserts: tuple[Change, ...]
+    deletes: tuple[Change, ...]
+    truncated: bool
+    received: Mapping[Op, int] = field(default_factory=dict)
+    truncate_position: str | None = None
+
+    @property
+    def changes(self) -> tuple[Change, ...]:
+        return self.upserts + self.deletes
+
+    def path(self, table_is_empty: bool) -> Path:
+        if self.truncated:
+            return Path.REPLACE
+        if table_is_empty and not self.deletes:
+            return Path.APPEND
+        return Path.MERGE
+
+
+def plan_batch(table: str, changes: Iterable[Change], truncated_at: str | None = None) -> BatchPlan:
+    """Reduce ``changes`` (any order) to at most one change per key, honouring truncates.
+
+    ``truncated_at`` is the position of the table's last committed truncate: a change from
+    before it that arrives late (on another partition) belongs to the emptied table and is
+    dropped.
+    """
+    items = [c for c in changes if truncated_at is None or c.position >= truncated_at]
+    received: dict[Op, int] = {}
+    for change in items:
+        received[change.op] = received.get(change.op, 0) + 1
+    truncates = [c for c in items if c.op is Op.TRUNCATE]
+    cutoff = max((c.order for c in truncates), default=None)
+    latest: dict[tuple[Any, ...], Change] = {}
+    for change in items:
+        if change.op is Op.TRUNCATE:
+            continue
+        if cutoff is not None and change.order < cutoff:
+            continue
+        held = latest.get(change.key)
+        if held is None or change.order >= held.order:
+            latest[change.key] = change
+    upserts = tuple(c for c in latest.values() if c.op is not Op.DELETE)
+    deletes = tuple(c for c in latest.values() if c.op is Op.DELETE)
+    position = max((c.position for c in truncates), default=None)
+    return BatchPlan(table, upserts, deletes, cutoff is not None, received, position)
+
+
+def apply_to_model(
+    model: dict[tuple[Any, ...], tuple[str, Mapping[str, Any]]], plan: BatchPlan
+) -> None:
+    """The reference semantics of one commit on an in-memory table ``key -> (position, row)``.
+
+    Used by tests as the plain model the Iceberg table must equal, and documents the rule the
+    MERGE implements.
+    """
+    if plan.truncated:
+        model.clear()
+    for change in plan.deletes:
+        held = model.get(change.key)
+        if held is not None and (plan.truncated or change.position >= held[0]):
+            del model[change.key]
+    for change in plan.upserts:
+        held = model.get(change.key)
+        if held is None or plan.truncated or change.position >= held[0]:
+            assert change.row is not None
+            model[change.key] = (change.position, change.row)
+
+
+def offsets_after(changes: Sequence[Change]) -> dict[tuple[str, int], int]:
+    """The next offset to consume per topic-partition after ``changes``."""
+    out: dict[tuple[str, int], int] = {}
+    for change in changes:
+        tp = (change.topic, change.partition)
+        out[tp] = max(out.get(tp, 0), change.offset + 1)
+    return out

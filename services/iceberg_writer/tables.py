@@ -1,0 +1,358 @@
+"""The writer's tables: creation, schema evolution, epoch claims and checkpoints.
+
+Reads go through pyiceberg (metadata only, cheap); every change goes through Spark SQL,
+because the tables are format v3 (deletion vectors) and pyiceberg 0.12 cannot write v3
+metadata. Identifiers reach SQL only through :func:`quote`, after validation.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FixedType,
+    FloatType,
+    IcebergType,
+    IntegerType,
+    ListType,
+    LongType,
+    MapType,
+    StringType,
+    StructType,
+    TimestampType,
+    TimestamptzType,
+)
+from pyspark.sql import SparkSession
+
+from services.iceberg_writer.types import MetadataColumns, table_schema, type_from_json
+from shared.events import SchemaChange, SchemaOperationKind
+
+OFFSETS = "icefjord.offsets"
+COMMIT_ID = "icefjord.commit-id"
+EPOCH = "icefjord.writer-epoch"
+WATERMARK = "icefjord.watermark-ms"
+TRUNCATED_AT = "icefjord.truncated-at"
+EPOCH_PROPERTY = "icefjord.writer.epoch"
+SCHEMA_ID_PROPERTY = "icefjord.schema.id"
+SCHEMA_IDS_PROPERTY = "icefjord.schema.ids"
+SCHEMA_VERSION_PROPERTY = "icefjord.schema.version"
+
+DEFAULT_PROPERTIES: Mapping[str, str] = {
+    "format-version": "3",
+    "write.delete.mode": "merge-on-read",
+    "write.update.mode": "merge-on-read",
+    "write.merge.mode": "merge-on-read",
+    "write.parquet.compression-codec": "zstd",
+    "write.distribution-mode": "none",
+}
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_PARTITION = re.compile(
+    r"^(?:(?P<fn>identity|years|months|days|hours)\((?P<col>[A-Za-z_][A-Za-z0-9_]*)\)"
+    r"|(?P<pfn>bucket|truncate)\((?P<n>[1-9][0-9]{0,5}),\s*(?P<pcol>[A-Za-z_][A-Za-z0-9_]*)\)"
+    r"|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))$"
+)
+
+
+class FencedError(RuntimeError):
+    """A writer with a newer epoch owns the table; this one must stop."""
+
+
+def quote(name: str) -> str:
+    """Backtick-quote one identifier part after checking it is a plain name."""
+    if not _NAME.match(name):
+        raise ValueError(f"{name!r} is not a valid identifier (letters, digits, underscore)")
+    return f"`{name}`"
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def partition_sql(expression: str) -> str:
+    """A validated Spark partition transform, e.g. ``days(created_at)``, ``bucket(16, id)``."""
+    match = _PARTITION.match(expression.strip())
+    if match is None:
+        raise ValueError(
+            f"partition {expression!r} is not one of identity|years|months|days|hours(col), "
+            "bucket|truncate(n, col) or a column name"
+        )
+    if match["fn"]:
+        return f"{match['fn']}({quote(match['col'])})"
+    if match["pfn"]:
+        return f"{match['pfn']}({int(match['n'])}, {quote(match['pcol'])})"
+    return quote(match["bare"])
+
+
+def spark_type(iceberg: IcebergType) -> str:
+    """Spark SQL DDL for an Iceberg type."""
+    simple: list[tuple[type[IcebergType], str]] = [
+        (BooleanType, "BOOLEAN"),
+        (IntegerType, "INT"),
+        (LongType, "BIGINT"),
+        (FloatType, "FLOAT"),
+        (DoubleType, "DOUBLE"),
+        (StringType, "STRING"),
+        (BinaryType, "BINARY"),
+        (FixedType, "BINARY"),
+        (DateType, "DATE"),
+        (TimestamptzType, "TIMESTAMP"),
+        (TimestampType, "TIMESTAMP_NTZ"),
+    ]
+    for kind, ddl in simple:
+        if isinstance(iceberg, kind):
+            return ddl
+    if isinstance(iceberg, DecimalType):
+        return f"DECIMAL({iceberg.precision}, {iceberg.scale})"
+    if isinstance(iceberg, ListType):
+        return f"ARRAY<{spark_type(iceberg.element_type)}>"
+    if isinstance(iceberg, MapType):
+        return f"MAP<{spark_type(iceberg.key_type)}, {spark_type(iceberg.value_type)}>"
+    if isinstance(iceberg, StructType):
+        parts = [
+            f"{quote(f.name)}: {spark_type(f.field_type)}{' NOT NULL' if f.required else ''}"
+            for f in iceberg.fields
+        ]
+        return f"STRUCT<{', '.join(parts)}>"
+    raise ValueError(f"no Spark type for {iceberg}")
+
+
+@dataclass(frozen=True, slots=True)
+class TableConfig:
+    """Per-table layout: partition transforms and extra table properties."""
+
+    partition_by: tuple[str, ...] = ()
+    properties: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """What the latest writer commit in a table's history recorded."""
+
+    snapshot_id: int
+    commit_id: str
+    epoch: int
+    watermark_ms: int | None
+    offsets: Mapping[tuple[str, int], int]
+    truncated_at: str | None = None
+
+
+def encode_offsets(offsets: Mapping[tuple[str, int], int]) -> str:
+    return json.dumps(
+        {f"{topic}:{partition}": n for (topic, partition), n in sorted(offsets.items())}
+    )
+
+
+def decode_offsets(text: str) -> dict[tuple[str, int], int]:
+    out: dict[tuple[str, int], int] = {}
+    for name, value in json.loads(text).items():
+        topic, _, partition = str(name).rpartition(":")
+        out[(topic, int(partition))] = int(value)
+    return out
+
+
+def checkpoint_of(table: Table) -> Checkpoint | None:
+    """Walk back from the current snapshot to the newest one a writer commit made.
+
+    Maintenance commits (compaction, expiry) carry no offsets and are stepped over. Offsets of
+    partitions missing from the newest writer commit are taken from older ones, so writers
+    that each saw a subset of partitions still resume every partition.
+    """
+    snapshot = table.current_snapshot()
+    newest: Checkpoint | None = None
+    offsets: dict[tuple[str, int], int] = {}
+    truncated_at: str | None = None
+    while snapshot is not None:
+        summary = snapshot.summary.additional_properties if snapshot.summary else {}
+        if truncated_at is None and TRUNCATED_AT in summary:
+            truncated_at = summary[TRUNCATED_AT]
+        if OFFSETS in summary:
+            for tp, n in decode_offsets(summary[OFFSETS]).items():
+                offsets.setdefault(tp, n)
+            if newest is None:
+                newest = Checkpoint(
+                    snapshot_id=snapshot.snapshot_id,
+                    commit_id=summary.get(COMMIT_ID, ""),
+                    epoch=int(summary.get(EPOCH, "0")),
+                    watermark_ms=int(summary[WATERMARK]) if WATERMARK in summary else None,
+                    offsets={},
+                )
+        if snapshot.parent_snapshot_id is None:
+            break
+        snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id)
+    if newest is None:
+        return None
+    return Checkpoint(
+        newest.snapshot_id,
+        newest.commit_id,
+        newest.epoch,
+        newest.watermark_ms,
+        offsets,
+        truncated_at,
+    )
+
+
+class TableStore:
+    """Creates and evolves tables through Spark; reads their metadata through pyiceberg."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        catalog: Catalog,
+        catalog_name: str,
+        metadata: MetadataColumns,
+        configs: Mapping[str, TableConfig],
+    ) -> None:
+        self._spark = spark
+        self._catalog = catalog
+        self._catalog_name = catalog_name
+        self.metadata = metadata
+        self._configs = configs
+
+    def sql_name(self, table: str) -> str:
+        namespace, _, name = table.partition(".")
+        return f"{quote(self._catalog_name)}.{quote(namespace)}.{quote(name)}"
+
+    def load(self, table: str) -> Table | None:
+        try:
+            return self._catalog.load_table(table)
+        except NoSuchTableError:
+            return None
+
+    def create(self, table: str, change_schema: Mapping[str, Any], schema_id: int) -> Table:
+        """Create ``table`` from a change-record schema (no-op if it exists); return it."""
+        schema, keys = table_schema(change_schema, self.metadata)
+        namespace = table.partition(".")[0]
+        self._spark.sql(
+            f"CREATE NAMESPACE IF NOT EXISTS {quote(self._catalog_name)}.{quote(namespace)}"
+        )
+        config = self._configs.get(table, TableConfig())
+        properties = {**DEFAULT_PROPERTIES, **(config.properties or {})}
+        properties[SCHEMA_ID_PROPERTY] = str(schema_id)
+        properties[SCHEMA_IDS_PROPERTY] = str(schema_id)
+        columns = ", ".join(
+            f"{quote(f.name)} {spark_type(f.field_type)}{' NOT NULL' if f.required else ''}"
+            for f in schema.fields
+        )
+        partition = ""
+        if config.partition_by:
+            partition = (
+                f" PARTITIONED BY ({', '.join(partition_sql(p) for p in config.partition_by)})"
+            )
+        props = ", ".join(f"{_literal(k)}={_literal(v)}" for k, v in sorted(properties.items()))
+        self._spark.sql(
+            f"CREATE TABLE IF NOT EXISTS {self.sql_name(table)} ({columns}) USING iceberg"
+            f"{partition} TBLPROPERTIES ({props})"
+        )
+        self._spark.sql(
+            f"ALTER TABLE {self.sql_name(table)} SET IDENTIFIER FIELDS "
+            + ", ".join(quote(k) for k in keys)
+        )
+        loaded = self.load(table)
+        assert loaded is not None
+        return loaded
+
+    def set_properties(self, table: str, properties: Mapping[str, str]) -> None:
+        props = ", ".join(f"{_literal(k)}={_literal(v)}" for k, v in sorted(properties.items()))
+        self._spark.sql(f"ALTER TABLE {self.sql_name(table)} SET TBLPROPERTIES ({props})")
+
+    def claim(self, table: str, epoch: int) -> None:
+        """Record ``epoch`` as the table's owner; FencedError if a newer writer owns it."""
+        self.check_epoch(table, epoch)
+        self.set_properties(table, {EPOCH_PROPERTY: str(epoch)})
+
+    def check_epoch(self, table: str, epoch: int) -> None:
+        loaded = self.load(table)
+        if loaded is None:
+            return
+        owner = int(loaded.properties.get(EPOCH_PROPERTY, "0"))
+        if owner > epoch:
+            raise FencedError(
+                f"table {table} is owned by writer epoch {owner}; this writer has epoch {epoch}"
+            )
+
+    def apply_schema_change(self, table: str, change: SchemaChange) -> None:
+        """Apply an APPLY plan's operations, idempotently, then record the schema id."""
+        loaded = self.load(table)
+        assert loaded is not None
+        target = self.sql_name(table)
+        for op in change.operations:
+            current = loaded.schema()
+            path = ".".join(quote(part) for part in op.path)
+            exists = _find(current, op.path)
+            if op.kind is SchemaOperationKind.ADD_COLUMN:
+                if exists:
+                    continue
+                assert op.type_json is not None
+                ddl = spark_type(type_from_json(op.type_json))
+                self._spark.sql(f"ALTER TABLE {target} ADD COLUMN {path} {ddl}")
+            elif op.kind is SchemaOperationKind.WIDEN_TYPE:
+                assert op.type_json is not None
+                wanted = type_from_json(op.type_json)
+                if exists and str(_field_type(current, op.path)) == str(wanted):
+                    continue
+                self._spark.sql(
+                    f"ALTER TABLE {target} ALTER COLUMN {path} TYPE {spark_type(wanted)}"
+                )
+            elif op.kind in (
+                SchemaOperationKind.MAKE_OPTIONAL,
+                SchemaOperationKind.SOFT_DROP_COLUMN,
+            ):
+                if exists and _is_required(current, op.path):
+                    self._spark.sql(f"ALTER TABLE {target} ALTER COLUMN {path} DROP NOT NULL")
+            elif op.kind is SchemaOperationKind.RENAME_COLUMN:
+                if not exists:
+                    continue  # renamed before a crash
+                assert op.new_name is not None
+                self._spark.sql(
+                    f"ALTER TABLE {target} RENAME COLUMN {path} TO {quote(op.new_name)}"
+                )
+            loaded = self.load(table) or loaded
+        ids = loaded.properties.get(SCHEMA_IDS_PROPERTY, "")
+        known = [i for i in ids.split(",") if i]
+        if str(change.to_schema_id) not in known:
+            known.append(str(change.to_schema_id))
+        self.set_properties(
+            table,
+            {
+                SCHEMA_ID_PROPERTY: str(change.to_schema_id),
+                SCHEMA_IDS_PROPERTY: ",".join(known),
+                SCHEMA_VERSION_PROPERTY: str(change.to_version),
+            },
+        )
+
+
+def applied_schema_ids(table: Table) -> tuple[int, tuple[int, ...]]:
+    """(current schema id, every schema id applied so far) from the table's properties."""
+    current = int(table.properties.get(SCHEMA_ID_PROPERTY, "0"))
+    ids = tuple(int(i) for i in table.properties.get(SCHEMA_IDS_PROPERTY, "").split(",") if i)
+    return current, ids
+
+
+def _find(schema: Schema, path: Sequence[str]) -> bool:
+    try:
+        schema.find_field(".".join(path))
+    except ValueError:
+        return False
+    return True
+
+
+def _field_type(schema: Schema, path: Sequence[str]) -> IcebergType:
+    return schema.find_field(".".join(path)).field_type
+
+
+def _is_required(schema: Schema, path: Sequence[str]) -> bool:
+    return bool(schema.find_field(".".join(path)).required)

@@ -1,0 +1,751 @@
+"""The writer loop: consume change records, hold them per table, commit batches to Iceberg.
+
+Exactly once comes from the table, not from Kafka: every data commit records the next offset
+of each partition it consumed (plus commit id, epoch and watermark) in its own snapshot
+summary, and a starting writer seeks every assigned partition to the offsets of the table's
+newest writer commit. Consumer-group offsets are never used. A crash before a commit loses
+only uncommitted work, which is read again; a crash after it leaves offsets and rows
+consistent, and the missing CommitDone is published on restart.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import fastavro
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from pyiceberg.table import Table
+
+from services.iceberg_writer.apply import BatchWriter, CommitConflictError, arrow_batch
+from services.iceberg_writer.batching import BatchClock
+from services.iceberg_writer.changes import Change, Op, plan_batch
+from services.iceberg_writer.config import WriterSettings
+from services.iceberg_writer.metrics import WriterMetrics
+from services.iceberg_writer.tables import (
+    COMMIT_ID,
+    EPOCH,
+    OFFSETS,
+    TRUNCATED_AT,
+    WATERMARK,
+    Checkpoint,
+    TableStore,
+    applied_schema_ids,
+    checkpoint_of,
+    encode_offsets,
+)
+from services.iceberg_writer.types import row_converters, row_record
+from shared.avro import AvroCodec, WireFormatError, split_header
+from shared.control import ControlPublisher, ControlReader
+from shared.errors import FatalError, RetryableError
+from shared.events import (
+    CommitDone,
+    ControlEvent,
+    OperatorCommand,
+    OperatorCommandKind,
+    SchemaChange,
+    TopicPartitionOffset,
+    Verdict,
+)
+
+log = logging.getLogger("services.iceberg_writer")
+
+TOPIC_PREFIX = "icefjord.changes."
+TP = tuple[str, int]
+
+
+def table_of(topic: str) -> str:
+    """``icefjord.changes.<namespace>.<table>`` -> ``<namespace>.<table>``."""
+    if not topic.startswith(TOPIC_PREFIX):
+        raise ValueError(f"{topic!r} is not a change topic")
+    return topic.removeprefix(TOPIC_PREFIX)
+
+
+@dataclass
+class TableState:
+    """What the writer holds for one table between commits."""
+
+    name: str
+    topic: str
+    clock: BatchClock
+    table: Table | None = None
+    keys: tuple[str, ...] = ()
+    columns: tuple[str, ...] = ()
+    current_id: int = 0
+    current_version: int = 0
+    applied_ids: set[int] = field(default_factory=set)
+    reader: Any = None
+    converters: dict[str, Any] = field(default_factory=dict)
+    pending: list[Change] = field(default_factory=list)
+    consumed: dict[TP, int] = field(default_factory=dict)
+    committed: dict[TP, int] = field(default_factory=dict)
+    checkpoint: Checkpoint | None = None
+    paused: bool = False
+    flush: bool = False
+    claimed: bool = False
+    waits: dict[TP, tuple[int, int, float]] = field(default_factory=dict)  # offset, id, since
+    expired_ids: set[int] = field(default_factory=set)
+    truncated_at: str | None = None
+
+
+class Writer:
+    """Owns the consumers, the producer, Spark and the per-table state."""
+
+    def __init__(
+        self,
+        settings: WriterSettings,
+        *,
+        data: Consumer,
+        control: Consumer,
+        producer: Producer,
+        registry: SchemaRegistryClient,
+        store: TableStore,
+        batch_writer: BatchWriter,
+        metrics: WriterMetrics,
+        epoch: int,
+    ) -> None:
+        self.settings = settings
+        self._data = data
+        self._control = control
+        self._producer = producer
+        self._registry = registry
+        self._codec = AvroCodec(registry)
+        self._store = store
+        self._batch_writer = batch_writer
+        self.metrics = metrics
+        self.epoch = epoch
+        self._publisher = ControlPublisher(producer, self._codec, settings.control_topic)
+        self._control_reader = ControlReader(control, self._codec, settings.control_topic)
+        self.tables: dict[str, TableState] = {}
+        self.announced: dict[str, dict[int, SchemaChange]] = {}
+        self._commit_events_seen: set[str] = set()
+        self._raw_schemas: dict[int, dict[str, Any]] = {}
+        self._paused_all = False
+        self._last_lag = 0.0
+        self.commits = 0
+
+    # -- start ----------------------------------------------------------------------------
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        """Read the control topic to its end (schema plans, published commits), then subscribe."""
+        self._replay_control(timeout_s)
+        self._data.subscribe(
+            [self.settings.topic_pattern], on_assign=self._on_assign, on_revoke=self._on_revoke
+        )
+        log.info(
+            "writer subscribed", extra={"pattern": self.settings.topic_pattern, "epoch": self.epoch}
+        )
+
+    def _replay_control(self, timeout_s: float) -> None:
+        topic = self.settings.control_topic
+        metadata = self._control.list_topics(topic, timeout=10)
+        partitions = sorted(metadata.topics[topic].partitions) if topic in metadata.topics else []
+        ends: dict[int, int] = {}
+        for p in partitions:
+            try:
+                _, high = self._control.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            except KafkaException as exc:
+                raise RetryableError(f"control topic offsets unavailable: {exc}") from exc
+            ends[p] = high
+        self._control.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        deadline = time.monotonic() + timeout_s
+        done = {p for p, high in ends.items() if high == 0}
+        while len(done) < len(partitions):
+            if time.monotonic() > deadline:
+                raise RetryableError(f"control topic replay did not finish in {timeout_s:.0f} s")
+            for message in self._control.consume(500, 0.5):
+                if message.error() is not None:
+                    continue
+                event = self._control_reader.decode(message)
+                if event is not None:
+                    self._on_control(event, replay=True)
+                if message.offset() + 1 >= ends[message.partition()]:
+                    done.add(message.partition())
+            for p, high in ends.items():
+                position = self._control.position([TopicPartition(topic, p)])[0].offset
+                if position >= high:
+                    done.add(p)
+        log.info(
+            "control topic replayed", extra={"schema_plans": sum(map(len, self.announced.values()))}
+        )
+
+    # -- assignment -----------------------------------------------------------------------
+
+    def _state(self, topic: str) -> TableState:
+        name = table_of(topic)
+        state = self.tables.get(name)
+        if state is None:
+            clock = BatchClock(
+                self.settings.freshness_target(name),
+                self.settings.min_batch_s,
+                self.settings.max_batch_records,
+            )
+            state = TableState(name=name, topic=topic, clock=clock)
+            self.tables[name] = state
+            self._load(state)
+        return state
+
+    def _load(self, state: TableState) -> None:
+        table = self._store.load(state.name)
+        state.table = table
+        if table is None:
+            return
+        state.keys = tuple(table.schema().identifier_field_names())
+        ordered = [f.name for f in table.schema().fields]
+        state.keys = tuple(n for n in ordered if n in state.keys) or state.keys
+        state.columns = tuple(ordered)
+        current, ids = applied_schema_ids(table)
+        state.current_id = current
+        state.applied_ids = set(ids)
+        state.current_version = int(table.properties.get("icefjord.schema.version", "0"))
+        raw = self._raw_schema(current)
+        state.reader = self._codec.writer_schema(current)
+        state.converters = row_converters(row_record(raw))
+        state.checkpoint = checkpoint_of(table)
+        if state.checkpoint is not None:
+            state.committed = dict(state.checkpoint.offsets)
+            state.truncated_at = state.checkpoint.truncated_at
+            self._republish_if_missing(state, table, state.checkpoint)
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            state = self._state(tp.topic)
+            stored = state.committed.get((tp.topic, tp.partition))
+            tp.offset = stored if stored is not None else OFFSET_BEGINNING
+            state.consumed[(tp.topic, tp.partition)] = stored or 0
+        consumer.assign(partitions)
+        paused = [tp for tp in partitions if self._is_paused(self.tables[table_of(tp.topic)])]
+        if paused:
+            consumer.pause(paused)
+        log.info("partitions assigned", extra={"count": len(partitions)})
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Uncommitted work is dropped: it is read again from the table's checkpoint.
+        for tp in partitions:
+            state = self.tables.get(table_of(tp.topic))
+            if state is None:
+                continue
+            key = (tp.topic, tp.partition)
+            state.pending = [c for c in state.pending if (c.topic, c.partition) != key]
+            state.consumed.pop(key, None)
+            state.waits.pop(key, None)
+            if not state.pending:
+                state.clock.first_at = None
+
+    # -- control events -------------------------------------------------------------------
+
+    def _on_control(self, event: ControlEvent, replay: bool = False) -> None:
+        payload = event.payload
+        if isinstance(payload, SchemaChange):
+            self.announced.setdefault(payload.table, {})[payload.to_schema_id] = payload
+            state = self.tables.get(payload.table)
+            if state is not None and not replay:
+                self._wake_waits(state)
+        elif isinstance(payload, CommitDone):
+            self._commit_events_seen.add(payload.commit_id)
+        elif isinstance(payload, OperatorCommand) and not replay:
+            self._on_command(payload)
+
+    def _on_command(self, command: OperatorCommand) -> None:
+        if command.all_tables:
+            targets = list(self.tables.values())
+        else:
+            targets = [self.tables[command.table]] if command.table in self.tables else []
+        if command.command is OperatorCommandKind.PAUSE and command.all_tables:
+            self._paused_all = True
+        if command.command is OperatorCommandKind.RESUME and command.all_tables:
+            self._paused_all = False
+        for state in targets:
+            if command.command is OperatorCommandKind.PAUSE:
+                state.paused = True
+            elif command.command is OperatorCommandKind.RESUME:
+                state.paused = False
+            elif command.command is OperatorCommandKind.FLUSH:
+                state.flush = True
+            self._apply_pause(state)
+        log.info(
+            "operator command",
+            extra={
+                "command": command.command.value,
+                "table": command.table,
+                "by": command.requested_by,
+            },
+        )
+        self.metrics.paused_tables.set(sum(1 for s in self.tables.values() if self._is_paused(s)))
+
+    def _is_paused(self, state: TableState) -> bool:
+        return state.paused or self._paused_all
+
+    def _apply_pause(self, state: TableState) -> None:
+        assigned = [tp for tp in self._data.assignment() if tp.topic == state.topic]
+        if not assigned:
+            return
+        if self._is_paused(state):
+            self._data.pause(assigned)
+        else:
+            waiting = set(state.waits)
+            self._data.resume([tp for tp in assigned if (tp.topic, tp.partition) not in waiting])
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def step(self) -> None:
+        """One round: control events, a poll of change records, due commits, waits, lag.
+
+        A RetryableError (registry or broker unreachable) leaves no half-read batch behind:
+        uncommitted work is dropped and every partition is read again from the checkpoint.
+        """
+        try:
+            self._step()
+        except RetryableError:
+            self.rewind()
+            raise
+
+    def rewind(self) -> None:
+        """Forget uncommitted changes and seek every assigned partition to its checkpoint."""
+        for state in self.tables.values():
+            state.pending = []
+            state.consumed = {}
+            state.waits = {}
+            state.clock.first_at = None
+        for tp in self._data.assignment():
+            held = self.tables.get(table_of(tp.topic))
+            stored = held.committed.get((tp.topic, tp.partition)) if held else None
+            offset = stored if stored is not None else OFFSET_BEGINNING
+            try:
+                self._data.seek(TopicPartition(tp.topic, tp.partition, offset))
+                if held is not None and not self._is_paused(held):
+                    self._data.resume([tp])
+            except Exception as exc:  # the broker may be the thing that is down
+                log.warning("rewind seek failed", extra={"error": str(exc)})
+
+    def _step(self) -> None:
+        for event in self._control_reader.poll(timeout=0, max_events=500):
+            self._on_control(event)
+        messages = self._data.consume(5000, 0.2)
+        now = time.monotonic()
+        for message in messages:
+            self._on_message(message, now)
+        self._expire_waits(now)
+        for state in list(self.tables.values()):
+            if self._is_paused(state) and not state.flush:
+                continue
+            if state.clock.should_close(now, len(state.pending), state.flush):
+                self.commit(state)
+            state.flush = False
+        if now - self._last_lag > 5:
+            self._update_lag()
+            self._last_lag = now
+
+    def _on_message(self, message: Message, now: float) -> None:
+        error = message.error()
+        if error is not None:
+            if error.code() in (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART):
+                return
+            raise RetryableError(f"change topic read failed: {error}")
+        topic, partition, offset = message.topic(), message.partition(), message.offset()
+        state = self._state(topic)
+        tp = (topic, partition)
+        if tp in state.waits:
+            return  # fetched before the pause took effect; read again on resume
+        value = message.value()
+        if value is None:
+            state.consumed[tp] = offset + 1
+            return
+        try:
+            schema_id, _ = split_header(value)
+        except WireFormatError as exc:
+            self._dead_letter(state, message, exc)
+            return
+        verdict = self._admit(state, schema_id, topic)
+        if verdict == "wait":
+            state.waits[tp] = (offset, schema_id, now)
+            self._data.pause([TopicPartition(topic, partition)])
+            self._data.seek(TopicPartition(topic, partition, offset))
+            log.info(
+                "rows wait for a schema plan",
+                extra={"table": state.name, "schema_id": schema_id, "partition": partition},
+            )
+            return
+        if verdict != "ok":
+            self._quarantine(state, message, schema_id, verdict)
+            state.consumed[tp] = offset + 1
+            return
+        try:
+            change = self._decode(state, message, schema_id)
+        except (WireFormatError, KeyError, ValueError, TypeError) as exc:
+            self._dead_letter(state, message, exc)
+            return
+        state.pending.append(change)
+        state.consumed[tp] = offset + 1
+        state.clock.added(now)
+        self.metrics.changes_received.labels(state.name, change.op.value).inc()
+
+    def _decode(self, state: TableState, message: Message, schema_id: int) -> Change:
+        value = message.value()
+        assert value is not None
+        writer = self._codec.writer_schema(schema_id)
+        reader = None if schema_id == state.current_id else state.reader
+        _, body = split_header(value)
+        try:
+            decoded: Any = fastavro.schemaless_reader(io.BytesIO(body), writer, reader)
+        except Exception as exc:  # fastavro raises many kinds on corrupt input
+            raise WireFormatError(f"body does not match schema {schema_id}: {exc}") from exc
+        record: dict[str, Any] = decoded
+        op = Op(record["op"])
+        key_record = record.get("key") or {}
+        key: tuple[Any, ...] = ()
+        if op is not Op.TRUNCATE:
+            key = tuple(
+                state.converters[k](key_record[k]) if k in state.converters else key_record[k]
+                for k in state.keys
+            )
+        return Change(
+            table=state.name,
+            op=op,
+            position=record["position"],
+            source_ts_ms=int(record["source_ts_ms"]),
+            key=key,
+            row=record.get("after"),
+            topic=message.topic(),
+            partition=message.partition(),
+            offset=message.offset(),
+            schema_id=schema_id,
+        )
+
+    # -- schema versions ------------------------------------------------------------------
+
+    def _raw_schema(self, schema_id: int) -> dict[str, Any]:
+        raw = self._raw_schemas.get(schema_id)
+        if raw is None:
+            try:
+                text = self._registry.get_schema(schema_id).schema_str or ""
+            except Exception as exc:
+                raise RetryableError(f"registry: schema {schema_id}: {exc}") from exc
+            raw = json.loads(text)
+            self._raw_schemas[schema_id] = raw
+        return raw
+
+    def _admit(self, state: TableState, schema_id: int, topic: str) -> str:
+        """ "ok" to write rows of ``schema_id`` now, "wait", or a quarantine reason."""
+        if state.table is None:
+            self._create(state, schema_id, topic)
+            return "ok"
+        if schema_id in state.applied_ids:
+            return "ok"
+        plan = self.announced.get(state.name, {}).get(schema_id)
+        if plan is None:
+            if schema_id in state.expired_ids:
+                return (
+                    f"no SchemaChange for schema id {schema_id} within "
+                    f"{self.settings.schema_wait_s:.0f} s"
+                )
+            return "wait"
+        if plan.verdict is Verdict.QUARANTINE:
+            return f"schema version {plan.to_version} quarantined: {plan.reason or 'no reason'}"
+        if plan.to_version <= state.current_version:
+            return "ok"  # an older version, read into the current schema
+        self._evolve(state, plan)
+        return "ok"
+
+    def _create(self, state: TableState, schema_id: int, topic: str) -> None:
+        raw = self._raw_schema(schema_id)
+        version = 0
+        try:
+            registered = self._registry.lookup_schema(
+                f"{topic}-value", Schema(json.dumps(raw), "AVRO")
+            )
+            version = int(registered.version or 0)
+        except Exception as exc:
+            log.warning("schema version lookup failed", extra={"error": str(exc)})
+        self._store.create(state.name, raw, schema_id)
+        if version:
+            self._store.set_properties(state.name, {"icefjord.schema.version": str(version)})
+        log.info("table created", extra={"table": state.name, "schema_id": schema_id})
+        committed = dict(state.committed)
+        self._load(state)
+        state.committed = committed or state.committed
+        self._claim(state)
+
+    def _evolve(self, state: TableState, plan: SchemaChange) -> None:
+        if state.pending:
+            self.commit(state)  # rows of the old schema go in under the old schema
+        self._claim(state)
+        self._store.apply_schema_change(state.name, plan)
+        committed = dict(state.committed)
+        self._load(state)
+        state.committed = committed
+        log.info(
+            "schema change applied",
+            extra={"table": state.name, "to_version": plan.to_version, "ops": len(plan.operations)},
+        )
+
+    def _wake_waits(self, state: TableState) -> None:
+        now = time.monotonic()
+        for tp, (_offset, schema_id, since) in list(state.waits.items()):
+            if schema_id in self.announced.get(state.name, {}):
+                self.metrics.schema_wait.labels(state.name).observe(now - since)
+                del state.waits[tp]
+                if not self._is_paused(state):
+                    self._data.resume([TopicPartition(tp[0], tp[1])])
+
+    def _expire_waits(self, now: float) -> None:
+        for state in self.tables.values():
+            for tp, (_offset, schema_id, since) in list(state.waits.items()):
+                if now - since >= self.settings.schema_wait_s:
+                    self.metrics.schema_wait.labels(state.name).observe(now - since)
+                    state.expired_ids.add(schema_id)
+                    del state.waits[tp]
+                    if not self._is_paused(state):
+                        self._data.resume([TopicPartition(tp[0], tp[1])])
+                    log.warning(
+                        "schema plan did not arrive; rows go to quarantine",
+                        extra={"table": state.name, "schema_id": schema_id},
+                    )
+
+    # -- diversions -----------------------------------------------------------------------
+
+    def _quarantine(self, state: TableState, message: Message, schema_id: int, reason: str) -> None:
+        now_ms = str(int(time.time() * 1000)).encode()
+        headers = [
+            ("icefjord.table", state.name.encode()),
+            ("icefjord.schema_id", str(schema_id).encode()),
+            ("icefjord.source.topic", message.topic().encode()),
+            ("icefjord.source.partition", str(message.partition()).encode()),
+            ("icefjord.source.offset", str(message.offset()).encode()),
+            ("icefjord.quarantined_at_ms", now_ms),
+            ("icefjord.reason", reason.encode()[:1024]),
+        ]
+        self._producer.produce(
+            self.settings.quarantine_topic,
+            key=message.key(),
+            value=message.value(),
+            headers=headers,
+        )
+        self.metrics.quarantined_rows.labels(state.name).inc()
+
+    def _dead_letter(self, state: TableState, message: Message, exc: Exception) -> None:
+        headers = [
+            *list(message.headers() or []),
+            ("icefjord.error.class", type(exc).__name__.encode()),
+            ("icefjord.error.message", str(exc).encode()[:1024]),
+            ("icefjord.source.topic", message.topic().encode()),
+            ("icefjord.source.partition", str(message.partition()).encode()),
+            ("icefjord.source.offset", str(message.offset()).encode()),
+            ("icefjord.failed_at_ms", str(int(time.time() * 1000)).encode()),
+        ]
+        self._producer.produce(
+            self.settings.dead_letter_topic,
+            key=message.key(),
+            value=message.value(),
+            headers=headers,
+        )
+        state.consumed[(message.topic(), message.partition())] = message.offset() + 1
+        self.metrics.dead_letters.labels(state.name).inc()
+
+    # -- commits --------------------------------------------------------------------------
+
+    def _claim(self, state: TableState) -> None:
+        if not state.claimed:
+            self._store.claim(state.name, self.epoch)
+            state.claimed = True
+
+    def commit(self, state: TableState) -> None:
+        """Commit the table's pending changes as one snapshot, then publish CommitDone."""
+        if not state.pending:
+            return
+        if self._producer.flush(30) > 0:
+            raise RetryableError("quarantine/dead-letter records not acknowledged")
+        self._claim(state)
+        self._store.check_epoch(state.name, self.epoch)
+        table = self._store.load(state.name)
+        assert table is not None
+        plan = plan_batch(state.name, state.pending, state.truncated_at)
+        offsets = {**state.committed, **state.consumed}
+        watermark = max(c.source_ts_ms for c in state.pending)
+        commit_id = str(uuid.uuid4())
+        summary = {
+            OFFSETS: encode_offsets(offsets),
+            COMMIT_ID: commit_id,
+            EPOCH: str(self.epoch),
+            WATERMARK: str(watermark),
+        }
+        if plan.truncate_position is not None:
+            summary[TRUNCATED_AT] = plan.truncate_position
+        batch = arrow_batch(plan, table, state.keys, state.converters, self._store.metadata)
+        snapshot = table.current_snapshot()
+        total = snapshot.summary.get("total-records") if snapshot and snapshot.summary else None
+        empty = snapshot is None or int(total or 0) == 0
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            try:
+                result = self._batch_writer.write(
+                    self._store.sql_name(state.name),
+                    plan,
+                    batch,
+                    state.columns,
+                    state.keys,
+                    self._store.metadata.position,
+                    empty,
+                    summary,
+                )
+                break
+            except CommitConflictError as exc:
+                self.metrics.commit_conflicts.labels(state.name).inc()
+                if attempt >= self.settings.commit_retries:
+                    raise FatalError(
+                        f"commit to {state.name} still conflicts after {attempt} retries: {exc}"
+                    ) from exc
+                attempt += 1
+                self.metrics.commit_retries.labels(state.name).inc()
+                log.warning(
+                    "commit conflict, retrying", extra={"table": state.name, "attempt": attempt}
+                )
+                time.sleep(min(5.0, 0.2 * 2**attempt))
+                self._store.check_epoch(state.name, self.epoch)
+        seconds = time.monotonic() - started
+        now_ms = time.time() * 1000
+        committed_table = self._store.load(state.name)
+        assert committed_table is not None
+        for change in state.pending:
+            self.metrics.freshness.labels(state.name).observe(
+                max(0.0, (now_ms - change.source_ts_ms) / 1000)
+            )
+        for change in plan.changes:
+            self.metrics.changes_applied.labels(state.name, change.op.value).inc()
+        self.metrics.batch_records.labels(state.name).observe(len(state.pending))
+        self.metrics.commit_duration.labels(state.name).observe(seconds)
+        self.metrics.last_commit.labels(state.name).set(time.time())
+        freshness = [now_ms - c.source_ts_ms for c in state.pending]
+        state.committed = offsets
+        if plan.truncate_position is not None:
+            state.truncated_at = plan.truncate_position
+        state.pending = []
+        state.clock.committed(seconds)
+        self.commits += 1
+        checkpoint = checkpoint_of(committed_table)
+        log.info(
+            "committed",
+            extra={
+                "table": state.name,
+                "path": result.path.value,
+                "records": len(plan.changes),
+                "seconds": round(seconds, 3),
+            },
+        )
+        if checkpoint is not None and checkpoint.commit_id == commit_id:
+            self._publish_commit(state, committed_table, checkpoint, seconds, freshness)
+
+    def _publish_commit(
+        self,
+        state: TableState,
+        table: Table,
+        checkpoint: Checkpoint,
+        seconds: float,
+        freshness_ms: list[float] | None = None,
+    ) -> None:
+        snapshot = table.snapshot_by_id(checkpoint.snapshot_id)
+        assert snapshot is not None
+        summary: Mapping[str, str] = (
+            snapshot.summary.additional_properties if snapshot.summary else {}
+        )
+
+        def number(name: str) -> int:
+            return int(summary.get(name) or 0)
+
+        event = CommitDone(
+            table=state.name,
+            commit_id=checkpoint.commit_id,
+            snapshot_id=checkpoint.snapshot_id,
+            writer_epoch=checkpoint.epoch,
+            records=number("added-records") + number("added-position-deletes"),
+            inserted=number("added-records"),
+            updated=0,
+            deleted=number("added-position-deletes"),
+            data_files_added=number("added-data-files"),
+            delete_files_added=number("added-delete-files"),
+            bytes_added=number("added-files-size"),
+            watermark_ms=checkpoint.watermark_ms,
+            freshness_ms=int(max(freshness_ms)) if freshness_ms else None,
+            offsets=tuple(
+                TopicPartitionOffset(topic=topic, partition=partition, next_offset=n)
+                for (topic, partition), n in sorted(checkpoint.offsets.items())
+            ),
+            committed_at_ms=int(snapshot.timestamp_ms),
+            duration_ms=int(seconds * 1000),
+        )
+        control = ControlEvent(
+            event_id=checkpoint.commit_id,
+            table=state.name,
+            produced_at_ms=int(time.time() * 1000),
+            producer=self.settings.producer,
+            payload=event,
+        )
+        self._publisher.publish(control)
+        self._publisher.flush()
+        self._commit_events_seen.add(checkpoint.commit_id)
+
+    def _republish_if_missing(
+        self, state: TableState, table: Table, checkpoint: Checkpoint
+    ) -> None:
+        if checkpoint.commit_id and checkpoint.commit_id not in self._commit_events_seen:
+            log.info(
+                "publishing the CommitDone a previous run did not",
+                extra={"table": state.name, "commit_id": checkpoint.commit_id},
+            )
+            self._publish_commit(state, table, checkpoint, 0.0)
+
+    def flush_all(self) -> None:
+        """Commit every table's pending changes (used on a clean stop)."""
+        for state in self.tables.values():
+            if state.pending and not self._is_paused(state):
+                self.commit(state)
+
+    def _update_lag(self) -> None:
+        assignment = self._data.assignment()
+        if not assignment:
+            return
+        try:
+            positions = self._data.position(assignment)
+        except Exception:
+            return
+        for tp in positions:
+            try:
+                _, high = self._data.get_watermark_offsets(tp, timeout=1, cached=True)
+            except Exception:
+                continue
+            if tp.offset >= 0 and high >= 0:
+                self.metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(
+                    max(0, high - tp.offset)
+                )
+
+    def caught_up(self) -> bool:
+        """True when nothing is pending and every assigned partition is at its end."""
+        if any(s.pending or s.waits for s in self.tables.values()):
+            return False
+        assignment = self._data.assignment()
+        if not assignment:
+            return False
+        try:
+            for tp in self._data.position(assignment):
+                _, high = self._data.get_watermark_offsets(tp, timeout=5)
+                if tp.offset < high and not (tp.offset < 0 and high == 0):
+                    return False
+        except KafkaException:  # leadership moving, broker restarting: not known yet
+            return False
+        return True

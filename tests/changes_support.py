@@ -1,0 +1,178 @@
+"""Change records for writer tests: the normalizer's wire shape, produced to a real topic.
+
+The schema follows the change-record contract (op, position, source_ts_ms, tx_id, source,
+key, after) exactly as cdc-normalizer registers it; tests produce through the real registry
+and Kafka, so the writer reads what it reads in production.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Producer
+
+from shared.avro import AvroCodec
+
+OPS = ("CREATE", "UPDATE", "DELETE", "READ", "TRUNCATE")
+
+
+def change_schema(
+    namespace: str, table: str, extra: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
+    """A change-record schema for a table keyed by ``id`` with a few typed columns."""
+    title = table.title().replace("_", "")
+    row_fields: list[dict[str, Any]] = [
+        {"name": "id", "type": "long"},
+        {"name": "name", "type": ["null", "string"], "default": None},
+        {
+            "name": "amount",
+            "type": [
+                "null",
+                {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2},
+            ],
+            "default": None,
+        },
+        {
+            "name": "updated_at",
+            "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}],
+            "default": None,
+        },
+        {"name": "tags", "type": ["null", {"type": "array", "items": "string"}], "default": None},
+        *extra,
+    ]
+    return {
+        "type": "record",
+        "name": f"{title}Change",
+        "namespace": f"io.icefjord.changes.{namespace}",
+        "icefjord.table": f"{namespace}.{table}",
+        "icefjord.key": ["id"],
+        "fields": [
+            {
+                "name": "op",
+                "type": {
+                    "type": "enum",
+                    "name": "Operation",
+                    "namespace": "io.icefjord",
+                    "symbols": list(OPS),
+                },
+            },
+            {"name": "position", "type": "string"},
+            {"name": "source_ts_ms", "type": "long"},
+            {"name": "tx_id", "type": ["null", "string"], "default": None},
+            {"name": "source", "type": {"type": "map", "values": "string"}},
+            {
+                "name": "key",
+                "type": {
+                    "type": "record",
+                    "name": f"{title}Key",
+                    "fields": [{"name": "id", "type": "long"}],
+                },
+            },
+            {
+                "name": "after",
+                "type": ["null", {"type": "record", "name": f"{title}Row", "fields": row_fields}],
+                "default": None,
+            },
+        ],
+    }
+
+
+@dataclass(frozen=True)
+class Event:
+    """One change in a test history: ``seq`` orders the changes of the source database."""
+
+    seq: int
+    op: str
+    key: int
+    name: str | None = None
+    amount: str | None = None
+
+    @property
+    def position(self) -> str:
+        return f"{self.seq:020d}"
+
+    def row(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+        if self.op in ("DELETE", "TRUNCATE"):
+            return None
+        return {
+            "id": self.key,
+            "name": self.name,
+            "amount": None if self.amount is None else decimal.Decimal(self.amount),
+            "updated_at": dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=self.seq),
+            "tags": [f"t{self.seq % 3}", "ü"],
+            **(extra or {}),
+        }
+
+
+def record(
+    event: Event, source_ts_ms: int, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    return {
+        "op": event.op,
+        "position": event.position,
+        "source_ts_ms": source_ts_ms,
+        "tx_id": None,
+        "source": {"connector": "test"},
+        "key": {"id": event.key if event.op != "TRUNCATE" else 0},
+        "after": event.row(extra),
+    }
+
+
+class ChangeProducer:
+    """Produces change records keyed by primary key, as the normalizer does."""
+
+    def __init__(self, producer: Producer, codec: AvroCodec, topic: str) -> None:
+        self.producer = producer
+        self.codec = codec
+        self.topic = topic
+        self.key_schema = {
+            "type": "record",
+            "name": "Key",
+            "namespace": "io.icefjord.test",
+            "fields": [{"name": "id", "type": "long"}],
+        }
+
+    def send(
+        self,
+        schema: Mapping[str, Any],
+        events: Iterable[Event],
+        *,
+        source_ts_ms: int | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> int:
+        count = 0
+        for event in events:
+            now_ms = (
+                source_ts_ms
+                if source_ts_ms is not None
+                else int(dt.datetime.now(dt.UTC).timestamp() * 1000)
+            )
+            value = self.codec.serialize(
+                f"{self.topic}-value", schema, record(event, now_ms, extra)
+            )
+            key = None
+            if event.op != "TRUNCATE":
+                key = self.codec.serialize(f"{self.topic}-key", self.key_schema, {"id": event.key})
+            self.producer.produce(self.topic, key=key, value=value)
+            count += 1
+            if count % 1000 == 0:
+                self.producer.poll(0)
+        assert self.producer.flush(30) == 0
+        return count
+
+
+def final_state(history: Iterable[Event]) -> dict[int, Event]:
+    """The source table after ``history`` in source order: the plain model."""
+    table: dict[int, Event] = {}
+    for event in sorted(history, key=lambda e: e.seq):
+        if event.op == "TRUNCATE":
+            table.clear()
+        elif event.op == "DELETE":
+            table.pop(event.key, None)
+        else:
+            table[event.key] = event
+    return table

@@ -1,0 +1,291 @@
+"""iceberg-writer against the real Kafka, registry, Spark and Iceberg catalog, in process."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from changes_support import ChangeProducer, Event, change_schema, final_state
+from harness import Stack
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
+
+from services.iceberg_writer.__main__ import build_writer
+from services.iceberg_writer.config import WriterSettings
+from services.iceberg_writer.tables import FencedError
+from services.iceberg_writer.writer import Writer
+from shared.avro import AvroCodec
+from shared.control import ControlReader
+from shared.errors import Backoff, retry
+from shared.events import CommitDone, SchemaChange, SchemaOperation, SchemaOperationKind, Verdict
+from shared.kafka import TopicRequest, ensure_topics, make_admin, make_consumer, make_producer
+from shared.registry import make_registry_client
+from shared.spark import SparkSettings
+
+POSITION = "_icefjord_position"
+
+
+def writer_settings(stack: Stack, table_topic: str, **overrides: Any) -> WriterSettings:
+    suffix = uuid.uuid4().hex[:8]
+    values: dict[str, Any] = {
+        "kafka": stack.kafka,
+        "registry": stack.registry,
+        "catalog": stack.catalog,
+        "spark": SparkSettings(master="local[2]"),
+        "topic_pattern": f"^{table_topic.replace('.', '[.]')}$",
+        "group_id": f"writer-{suffix}",
+        "control_topic": f"control-{suffix}",
+        "dead_letter_topic": f"dlq-{suffix}",
+        "quarantine_topic": f"quarantine-{suffix}",
+        "topic_replication_factor": 1,
+        "min_batch_s": 0.2,
+        "freshness_target_s": 2.0,
+        **overrides,
+    }
+    return WriterSettings(**values)
+
+
+def start_writer(settings: WriterSettings) -> Writer:
+    from shared.kafka import ensure_topics as ensure
+
+    ensure(make_admin(settings.kafka), settings.topic_requests())
+    writer = build_writer(settings, CollectorRegistry())
+    retry(writer.start, what="start writer", backoff=Backoff(attempts=10))
+    return writer
+
+
+def run_until_caught_up(writer: Writer, timeout_s: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    settled = 0
+    while time.monotonic() < deadline:
+        writer.step()
+        if writer.caught_up():
+            settled += 1
+            if settled >= 3:
+                return
+        else:
+            settled = 0
+    raise AssertionError("writer did not catch up in time")
+
+
+def table_rows(spark: Any, table: str) -> dict[int, dict[str, Any]]:
+    rows = spark.sql(f"SELECT * FROM icefjord.{table}").collect()
+    ids = [row["id"] for row in rows]
+    assert len(ids) == len(set(ids)), f"duplicate keys in {table}"
+    return {row["id"]: row.asDict() for row in rows}
+
+
+def assert_equal_to_model(spark: Any, table: str, history: list[Event]) -> None:
+    model = final_state(history)
+    rows = table_rows(spark, table)
+    assert set(rows) == set(model), (
+        f"keys differ: missing {set(model) - set(rows)}, extra {set(rows) - set(model)}"
+    )
+    for key, event in model.items():
+        row = rows[key]
+        assert row[POSITION] == event.position, key
+        assert row["name"] == event.name
+        assert row["amount"] == (None if event.amount is None else Decimal(event.amount))
+        assert row["tags"] == [f"t{event.seq % 3}", "ü"]
+
+
+@pytest.fixture
+def change_topic(stack: Stack, namespace: str) -> Iterator[str]:
+    admin = make_admin(stack.kafka)
+    name = f"icefjord.changes.{namespace}.items_{uuid.uuid4().hex[:6]}"
+    ensure_topics(admin, [TopicRequest(name, 3)])
+    yield name
+    for future in admin.delete_topics([name]).values():
+        future.result()
+
+
+def producer_for(stack: Stack, topic: str) -> ChangeProducer:
+    codec = AvroCodec(make_registry_client(stack.registry))
+    return ChangeProducer(make_producer(stack.kafka), codec, topic)
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> tuple[list[Event], list[Event]]:
+    """A source history over a few keys and its delivery with Debezium-style replays.
+
+    A replay re-delivers a run of earlier changes, in order, from some point up to where it
+    happens (what a connector restart from an older offset does); replayed changes are stale
+    when they arrive.
+    """
+    keys = draw(st.integers(2, 12))
+    steps = draw(st.integers(1, 120))
+    live: set[int] = set()
+    history: list[Event] = []
+    for seq in range(1, steps + 1):
+        key = draw(st.integers(0, keys - 1))
+        if draw(st.integers(0, 60)) == 0:
+            history.append(Event(seq, "TRUNCATE", 0))
+            live.clear()
+            continue
+        if key in live:
+            op = draw(st.sampled_from(["UPDATE", "UPDATE", "DELETE"]))
+        else:
+            op = draw(st.sampled_from(["CREATE", "READ"]))
+        amount = draw(st.none() | st.decimals(-1000, 1000, places=2).map(str))
+        history.append(Event(seq, op, key, name=f"n{seq}-ü", amount=amount))
+        if op == "DELETE":
+            live.discard(key)
+        else:
+            live.add(key)
+    delivery = list(history)
+    for _ in range(draw(st.integers(0, 3))):
+        end = draw(st.integers(0, len(history)))
+        start = draw(st.integers(0, end))
+        at = draw(st.integers(0, len(delivery)))
+        # Insert the replay after the end point was delivered, so its changes are stale.
+        at = max(at, delivery.index(history[end - 1]) + 1) if end else at
+        delivery[at:at] = history[start:end]
+    return history, delivery
+
+
+@settings(max_examples=4, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=histories())
+def test_random_histories_end_equal_to_the_model(
+    stack: Stack, spark: Any, namespace: str, data: tuple[list[Event], list[Event]]
+) -> None:
+    history, delivery = data
+    admin = make_admin(stack.kafka)
+    topic = f"icefjord.changes.{namespace}.h_{uuid.uuid4().hex[:8]}"
+    ensure_topics(admin, [TopicRequest(topic, 3)])
+    table = topic.removeprefix("icefjord.changes.")
+    schema = change_schema(namespace, table.split(".")[1])
+    producer = producer_for(stack, topic)
+    writer = start_writer(writer_settings(stack, topic))
+    half = len(delivery) // 2
+    producer.send(schema, delivery[:half])
+    run_until_caught_up(writer)
+    producer.send(schema, delivery[half:])
+    run_until_caught_up(writer)
+    assert_equal_to_model(spark, table, history)
+
+
+def test_commit_carries_offsets_and_publishes_commit_done(
+    stack: Stack, spark: Any, change_topic: str
+) -> None:
+    table = change_topic.removeprefix("icefjord.changes.")
+    schema = change_schema(*table.split("."))
+    settings_ = writer_settings(stack, change_topic)
+    writer = start_writer(settings_)
+    history = [Event(i, "READ", i, name=f"r{i}", amount="1.50") for i in range(1, 201)]
+    producer_for(stack, change_topic).send(schema, history)
+    run_until_caught_up(writer)
+    assert_equal_to_model(spark, table, history)
+    snapshots = spark.sql(
+        f"SELECT snapshot_id, operation, summary FROM icefjord.{table}.snapshots"
+    ).collect()
+    data_commits = [s for s in snapshots if "icefjord.offsets" in s["summary"]]
+    assert data_commits, "no commit carries offsets"
+    assert all(s["operation"] == "append" for s in data_commits), "snapshot reads must append"
+    events = control_events(stack, settings_.control_topic)
+    done = {e.commit_id for e in events if isinstance(e, CommitDone)}
+    assert {s["summary"]["icefjord.commit-id"] for s in data_commits} <= done
+    # Updates and deletes now go through MERGE, and a stale replay changes nothing.
+    later = [Event(300 + i, "UPDATE", i, name=f"u{i}") for i in range(1, 51)]
+    later += [Event(400 + i, "DELETE", i) for i in range(51, 61)]
+    stale = [Event(5, "UPDATE", 5, name="stale")]
+    producer_for(stack, change_topic).send(schema, later + stale)
+    run_until_caught_up(writer)
+    assert_equal_to_model(spark, table, history + later + stale)
+
+
+def control_events(stack: Stack, topic: str) -> list[Any]:
+    consumer = make_consumer(stack.kafka, f"check-{uuid.uuid4().hex[:8]}")
+    reader = ControlReader(consumer, AvroCodec(make_registry_client(stack.registry)), topic)
+    reader.subscribe()
+    out: list[Any] = []
+    idle = 0
+    while idle < 3:
+        events = reader.poll(timeout=2.0)
+        idle = 0 if events else idle + 1
+        out.extend(e.payload for e in events)
+    consumer.close()
+    return out
+
+
+def test_a_writer_with_an_older_epoch_is_fenced(
+    stack: Stack, spark: Any, change_topic: str
+) -> None:
+    table = change_topic.removeprefix("icefjord.changes.")
+    schema = change_schema(*table.split("."))
+    old = start_writer(writer_settings(stack, change_topic, epoch=5))
+    producer = producer_for(stack, change_topic)
+    producer.send(schema, [Event(1, "CREATE", 1, name="a")])
+    run_until_caught_up(old)
+    new = start_writer(writer_settings(stack, change_topic, epoch=9))
+    producer.send(schema, [Event(2, "UPDATE", 1, name="b")])
+    run_until_caught_up(new)
+    producer.send(schema, [Event(3, "UPDATE", 1, name="c")])
+    with pytest.raises(FencedError):
+        run_until_caught_up(old, timeout_s=60)
+    assert table_rows(spark, table)[1]["name"] == "b"
+
+
+def test_schema_change_waits_applies_and_quarantines(
+    stack: Stack, spark: Any, change_topic: str, unique: Callable[[str], str]
+) -> None:
+    ns, name = change_topic.removeprefix("icefjord.changes.").split(".")
+    table = f"{ns}.{name}"
+    v1 = change_schema(ns, name)
+    extra = {"name": "note", "type": ["null", "string"], "default": None}
+    v2 = change_schema(ns, name, [extra])
+    settings_ = writer_settings(stack, change_topic, schema_wait_s=60)
+    writer = start_writer(settings_)
+    producer = producer_for(stack, change_topic)
+    producer.send(v1, [Event(i, "CREATE", i, name=f"v1-{i}") for i in range(1, 6)])
+    run_until_caught_up(writer)
+    producer.send(
+        v2, [Event(10 + i, "UPDATE", i, name=f"v2-{i}") for i in range(1, 4)], extra={"note": "hi"}
+    )
+    for _ in range(30):
+        writer.step()
+    state = writer.tables[table]
+    assert state.waits, "rows of an unannounced version must wait"
+    assert "note" not in table_rows(spark, table)[1]
+    codec = AvroCodec(make_registry_client(stack.registry))
+    v2_id = codec.register(f"{change_topic}-value", v2)
+    v1_id = codec.register(f"{change_topic}-value", v1)
+    publish_schema_change(
+        stack,
+        settings_.control_topic,
+        SchemaChange(
+            table=table,
+            subject=f"{change_topic}-value",
+            from_version=1,
+            to_version=2,
+            from_schema_id=v1_id,
+            to_schema_id=v2_id,
+            operations=(
+                SchemaOperation(
+                    kind=SchemaOperationKind.ADD_COLUMN,
+                    path=("note",),
+                    type_json='["null", "string"]',
+                ),
+            ),
+            verdict=Verdict.APPLY,
+        ),
+    )
+    run_until_caught_up(writer)
+    rows = table_rows(spark, table)
+    assert rows[1]["note"] == "hi" and rows[1]["name"] == "v2-1"
+    assert rows[5]["note"] is None and rows[5]["name"] == "v1-5"
+
+
+def publish_schema_change(stack: Stack, topic: str, change: SchemaChange) -> None:
+    from shared.control import ControlPublisher
+    from shared.events import ControlEvent
+
+    publisher = ControlPublisher(
+        make_producer(stack.kafka), AvroCodec(make_registry_client(stack.registry)), topic
+    )
+    publisher.publish(ControlEvent.new(change.table, change, "test"))
+    publisher.flush()
