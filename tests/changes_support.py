@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from confluent_kafka import Producer
+from harness import Stack
 
 from shared.avro import AvroCodec
+from shared.control import ControlReader
+from shared.kafka import make_consumer
+from shared.registry import make_registry_client
 
 OPS = ("CREATE", "UPDATE", "DELETE", "READ", "TRUNCATE")
 
@@ -176,3 +182,41 @@ def final_state(history: Iterable[Event]) -> dict[int, Event]:
         else:
             table[event.key] = event
     return table
+
+
+POSITION = "_icefjord_position"
+
+
+def table_rows(spark: Any, table: str) -> dict[int, dict[str, Any]]:
+    rows = spark.sql(f"SELECT * FROM icefjord.{table}").collect()
+    ids = [row["id"] for row in rows]
+    assert len(ids) == len(set(ids)), f"duplicate keys in {table}"
+    return {row["id"]: row.asDict() for row in rows}
+
+
+def assert_equal_to_model(spark: Any, table: str, history: list[Event]) -> None:
+    model = final_state(history)
+    rows = table_rows(spark, table)
+    assert set(rows) == set(model), (
+        f"keys differ: missing {set(model) - set(rows)}, extra {set(rows) - set(model)}"
+    )
+    for key, event in model.items():
+        row = rows[key]
+        assert row[POSITION] == event.position, key
+        assert row["name"] == event.name
+        assert row["amount"] == (None if event.amount is None else Decimal(event.amount))
+        assert row["tags"] == [f"t{event.seq % 3}", "ü"]
+
+
+def control_events(stack: Stack, topic: str) -> list[Any]:
+    consumer = make_consumer(stack.kafka, f"check-{uuid.uuid4().hex[:8]}")
+    reader = ControlReader(consumer, AvroCodec(make_registry_client(stack.registry)), topic)
+    reader.subscribe()
+    out: list[Any] = []
+    idle = 0
+    while idle < 3:
+        events = reader.poll(timeout=2.0)
+        idle = 0 if events else idle + 1
+        out.extend(e.payload for e in events)
+    consumer.close()
+    return out

@@ -124,7 +124,8 @@ class BatchWriter:
             with commit_properties(self._spark, summary):
                 try:
                     if path is Path.APPEND:
-                        frame.drop(DELETE_FLAG).writeTo(target).append()
+                        upserts = frame.where(f"NOT {quote(DELETE_FLAG)}")
+                        upserts.drop(DELETE_FLAG).writeTo(target).append()
                     else:
                         self._merge(target, frame, path, columns, keys, position_column)
                 except Exception as exc:

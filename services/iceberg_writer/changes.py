@@ -51,7 +51,7 @@ class Change:
 class Path(enum.StrEnum):
     """How a batch reaches the table."""
 
-    APPEND = "append"  # the table is empty and nothing is deleted: plain append, no merge
+    APPEND = "append"  # the table is empty: plain append of the upserts, no merge
     MERGE = "merge"  # upserts and deletes guarded by the stored position
     REPLACE = "replace"  # a truncate: the batch's rows become the whole table
 
@@ -74,8 +74,8 @@ class BatchPlan:
     def path(self, table_is_empty: bool) -> Path:
         if self.truncated:
             return Path.REPLACE
-        if table_is_empty and not self.deletes:
-            return Path.APPEND
+        if table_is_empty:
+            return Path.APPEND  # deletes of rows that do not exist are no-ops
         return Path.MERGE
 
 

@@ -108,6 +108,12 @@ class WriterSettings(ServiceSettings):
     quarantine_topic: str = QUARANTINE_TOPIC
     create_topics: bool = Field(default=True, description="Create the writer's topics if missing.")
     topic_replication_factor: int | None = Field(default=None, ge=1)
+    crash_after_commits: int | None = Field(
+        default=None,
+        ge=1,
+        description="Fault injection for tests: exit abruptly (no cleanup) right after this "
+        "many Iceberg commits, before their CommitDone is published.",
+    )
     metadata_refresh_ms: int = Field(
         default=5000, ge=100, description="How often new change topics are discovered."
     )

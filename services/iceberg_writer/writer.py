@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import time
 import uuid
 from collections.abc import Mapping
@@ -648,6 +649,9 @@ class Writer:
                 "seconds": round(seconds, 3),
             },
         )
+        if self.commits == self.settings.crash_after_commits:
+            log.warning("fault injection: exiting between commit and CommitDone")
+            os._exit(137)
         if checkpoint is not None and checkpoint.commit_id == commit_id:
             self._publish_commit(state, committed_table, checkpoint, seconds, freshness)
 

@@ -5,11 +5,17 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from decimal import Decimal
 from typing import Any
 
 import pytest
-from changes_support import ChangeProducer, Event, change_schema, final_state
+from changes_support import (
+    ChangeProducer,
+    Event,
+    assert_equal_to_model,
+    change_schema,
+    control_events,
+    table_rows,
+)
 from harness import Stack
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,10 +26,9 @@ from services.iceberg_writer.config import WriterSettings
 from services.iceberg_writer.tables import FencedError
 from services.iceberg_writer.writer import Writer
 from shared.avro import AvroCodec
-from shared.control import ControlReader
 from shared.errors import Backoff, retry
 from shared.events import CommitDone, SchemaChange, SchemaOperation, SchemaOperationKind, Verdict
-from shared.kafka import TopicRequest, ensure_topics, make_admin, make_consumer, make_producer
+from shared.kafka import TopicRequest, ensure_topics, make_admin, make_producer
 from shared.registry import make_registry_client
 from shared.spark import SparkSettings
 
@@ -71,27 +76,6 @@ def run_until_caught_up(writer: Writer, timeout_s: float = 180.0) -> None:
         else:
             settled = 0
     raise AssertionError("writer did not catch up in time")
-
-
-def table_rows(spark: Any, table: str) -> dict[int, dict[str, Any]]:
-    rows = spark.sql(f"SELECT * FROM icefjord.{table}").collect()
-    ids = [row["id"] for row in rows]
-    assert len(ids) == len(set(ids)), f"duplicate keys in {table}"
-    return {row["id"]: row.asDict() for row in rows}
-
-
-def assert_equal_to_model(spark: Any, table: str, history: list[Event]) -> None:
-    model = final_state(history)
-    rows = table_rows(spark, table)
-    assert set(rows) == set(model), (
-        f"keys differ: missing {set(model) - set(rows)}, extra {set(rows) - set(model)}"
-    )
-    for key, event in model.items():
-        row = rows[key]
-        assert row[POSITION] == event.position, key
-        assert row["name"] == event.name
-        assert row["amount"] == (None if event.amount is None else Decimal(event.amount))
-        assert row["tags"] == [f"t{event.seq % 3}", "ü"]
 
 
 @pytest.fixture
@@ -196,20 +180,6 @@ def test_commit_carries_offsets_and_publishes_commit_done(
     producer_for(stack, change_topic).send(schema, later + stale)
     run_until_caught_up(writer)
     assert_equal_to_model(spark, table, history + later + stale)
-
-
-def control_events(stack: Stack, topic: str) -> list[Any]:
-    consumer = make_consumer(stack.kafka, f"check-{uuid.uuid4().hex[:8]}")
-    reader = ControlReader(consumer, AvroCodec(make_registry_client(stack.registry)), topic)
-    reader.subscribe()
-    out: list[Any] = []
-    idle = 0
-    while idle < 3:
-        events = reader.poll(timeout=2.0)
-        idle = 0 if events else idle + 1
-        out.extend(e.payload for e in events)
-    consumer.close()
-    return out
 
 
 def test_a_writer_with_an_older_epoch_is_fenced(
