@@ -36,6 +36,11 @@ lint: install ## ruff and mypy --strict
 	$(BIN)/ruff check $(PY_SOURCES) tests
 	$(BIN)/ruff format --check $(PY_SOURCES) tests
 	$(BIN)/mypy --strict services shared icefjord contracts
+	$(BIN)/ruff check deploy/validate deploy/docker/lock.py
+	$(BIN)/ruff format --check deploy/validate deploy/docker/lock.py
+	MYPYPATH=deploy/validate $(BIN)/mypy --strict -p deploycheck
+	$(BIN)/mypy --strict deploy/docker/lock.py
+	PATH="$(CURDIR)/$(BIN):$$PATH" deploy/validate/run.sh
 
 test: install ## Lint, then unit and integration tests against a real local stack started for the run
 	$(MAKE) lint

@@ -1,0 +1,243 @@
+"""The Kubernetes overlays render, fit the strict Kubernetes schemas, and keep Icefjord's rules;
+each rule is shown to catch the fault it is for."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from deploycheck import kubernetes
+from deploycheck.contract import Contract
+from deploycheck.findings import Context, ToolMissing
+from deploycheck.workloads import workload_problems
+
+pytestmark = pytest.mark.unit
+
+Edit = Callable[[str, str, str], None]
+Objects = list[dict[str, Any]]
+
+
+@pytest.fixture(scope="module")
+def prod_objects(root: Path, kubectl: list[str]) -> Objects:
+    objects, error = kubernetes.render(Context(root), root / kubernetes.OVERLAYS / "prod", kubectl)
+    assert error == ""
+    return objects
+
+
+def find(objects: Objects, kind: str, name: str) -> dict[str, Any]:
+    return next(o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name)
+
+
+def container(objects: Objects, name: str) -> dict[str, Any]:
+    deployment = find(objects, "Deployment", name)
+    return dict(deployment["spec"]["template"]["spec"]["containers"][0])
+
+
+def test_every_overlay_renders_and_passes(
+    ctx: Context, contract: Contract, kubectl: list[str]
+) -> None:
+    assert kubernetes.check(ctx, contract) == []
+
+
+def test_overlays_differ_where_they_should(
+    prod_objects: Objects, root: Path, kubectl: list[str]
+) -> None:
+    dev, error = kubernetes.render(Context(root), root / kubernetes.OVERLAYS / "dev", kubectl)
+    assert error == ""
+    assert {o["metadata"].get("namespace") for o in dev if o["kind"] != "Namespace"} == {
+        "icefjord-dev"
+    }
+    assert find(prod_objects, "Deployment", "cdc-normalizer")["spec"]["replicas"] == 3
+    assert find(dev, "Deployment", "cdc-normalizer")["spec"]["replicas"] == 1
+    # Only prod runs the writer's Spark on Kubernetes, with RBAC for its executors.
+    assert any(o["kind"] == "Role" for o in prod_objects)
+    assert not any(o["kind"] == "Role" for o in dev)
+
+
+def test_prod_writer_is_a_spark_driver_on_kubernetes(prod_objects: Objects) -> None:
+    writer = container(prod_objects, "iceberg-writer")
+    config = next(
+        o
+        for o in prod_objects
+        if o["kind"] == "ConfigMap"
+        and o["metadata"]["name"].startswith("icefjord-iceberg-writer-")
+        and "ICEFJORD_WRITER_SPARK__MASTER" in o.get("data", {})
+    )
+    assert config["data"]["ICEFJORD_WRITER_SPARK__MASTER"].startswith("k8s://")
+    conf = next(e["value"] for e in writer["env"] if e["name"] == "ICEFJORD_WRITER_SPARK__CONF")
+    assert '"spark.driver.host": "$(POD_IP)"' in conf
+    binding = find(prod_objects, "RoleBinding", "icefjord-spark-driver")
+    assert binding["subjects"][0]["name"] == "icefjord-iceberg-writer"
+    account = find(prod_objects, "ServiceAccount", "icefjord-iceberg-writer")
+    assert account["automountServiceAccountToken"] is True
+
+
+def test_strict_schema_rejects_an_unknown_field(root: Path, prod_objects: Objects) -> None:
+    deployment = copy.deepcopy(find(prod_objects, "Deployment", "schema-watcher"))
+    deployment["spec"]["template"]["spec"]["containers"][0]["livenesProbe"] = {}
+    messages = kubernetes.schema_messages(Context(root), deployment)
+    assert len(messages) == 1 and messages[0].startswith("Deployment/schema-watcher: at ")
+    assert "livenesProbe" in messages[0]
+
+
+def test_the_podmonitor_schema_is_strict(root: Path, prod_objects: Objects) -> None:
+    monitor = copy.deepcopy(find(prod_objects, "PodMonitor", "icefjord"))
+    assert kubernetes.schema_messages(Context(root), monitor) == []
+    monitor["spec"]["podMetricsEndpoints"][0]["intervall"] = "15s"
+    assert "intervall" in " ".join(kubernetes.schema_messages(Context(root), monitor))
+
+
+def test_the_executor_pod_template_is_validated_as_a_pod(
+    ctx: Context, contract: Contract, edit: Edit, kubectl: list[str]
+) -> None:
+    edit(
+        "deploy/k8s/components/spark-on-kubernetes/executor-pod-template.yaml",
+        "  automountServiceAccountToken: false\n",
+        "  automountServiceAccountToken: false\n  restartPolicyy: Never\n",
+    )
+    found = [str(p) for p in kubernetes.check(ctx, contract)]
+    assert len(found) == 1, found
+    assert found[0].startswith("deploy/k8s/overlays/prod: ConfigMap/icefjord-iceberg-writer-spark-")
+    assert "executor-pod-template.yaml" in found[0] and "restartPolicyy" in found[0]
+
+
+def test_a_kustomize_error_names_the_overlay(
+    ctx: Context, contract: Contract, edit: Edit, kubectl: list[str]
+) -> None:
+    edit(
+        "deploy/k8s/overlays/dev/kustomization.yaml",
+        "  - path: small-resources.yaml\n",
+        "  - path: missing.yaml\n",
+    )
+    found = [str(p) for p in kubernetes.check(ctx, contract)]
+    assert len(found) == 1 and found[0].startswith(
+        "deploy/k8s/overlays/dev: kubectl kustomize failed"
+    )
+
+
+@pytest.mark.parametrize(
+    ("service", "mutate", "expected"),
+    [
+        (
+            "cdc-normalizer",
+            lambda c, pod: c.pop("readinessProbe"),
+            "readinessProbe must GET /readyz on port 9401",
+        ),
+        (
+            "schema-watcher",
+            lambda c, pod: c["securityContext"].update(readOnlyRootFilesystem=False),
+            "readOnlyRootFilesystem must be true",
+        ),
+        (
+            "maintainer",
+            lambda c, pod: c["resources"].pop("limits"),
+            "resources.limits lacks cpu, memory",
+        ),
+        (
+            "iceberg-writer",
+            lambda c, pod: c["env"].append(
+                {"name": "ICEFJORD_WRITER_REGISTRY__BASIC_AUTH_USER_INFO", "value": "u:p"}
+            ),
+            "ICEFJORD_WRITER_REGISTRY__BASIC_AUTH_USER_INFO holds a literal secret",
+        ),
+        (
+            "iceberg-writer",
+            lambda c, pod: c["volumeMounts"].pop(),
+            "SPARK_LOCAL_DIRS (/spark-scratch) must be an emptyDir mount",
+        ),
+        (
+            "cdc-normalizer",
+            lambda c, pod: c["env"].append(
+                {"name": "ICEFJORD_WATCHER_LOG_LEVEL", "value": "DEBUG"}
+            ),
+            "ICEFJORD_WATCHER_LOG_LEVEL does not carry cdc-normalizer's prefix "
+            "ICEFJORD_NORMALIZER_",
+        ),
+        (
+            "maintainer",
+            lambda c, pod: pod.update(terminationGracePeriodSeconds=30),
+            "terminationGracePeriodSeconds 30 is not longer than its longest flush",
+        ),
+        (
+            "schema-watcher",
+            lambda c, pod: pod["securityContext"].pop("runAsNonRoot"),
+            "pod securityContext.runAsNonRoot must be true",
+        ),
+    ],
+)
+def test_each_workload_rule_catches_its_fault(
+    prod_objects: Objects,
+    contract: Contract,
+    service: str,
+    mutate: Callable[[dict[str, Any], dict[str, Any]], object],
+    expected: str,
+) -> None:
+    objects = copy.deepcopy(prod_objects)
+    pod = find(objects, "Deployment", service)["spec"]["template"]["spec"]
+    mutate(pod["containers"][0], pod)
+    found = workload_problems(objects, contract)
+    assert len(found) == 1, found
+    assert found[0].startswith(f"Deployment/{service}") and expected in found[0]
+
+
+def test_a_deployment_without_budget_or_monitor_is_reported(
+    prod_objects: Objects, contract: Contract
+) -> None:
+    objects = [
+        o
+        for o in copy.deepcopy(prod_objects)
+        if not (o["kind"] == "PodDisruptionBudget" and o["metadata"]["name"] == "maintainer")
+    ]
+    monitor = find(objects, "PodMonitor", "icefjord")
+    monitor["spec"]["selector"]["matchExpressions"][0]["values"].remove("schema-watcher")
+    assert workload_problems(objects, contract) == [
+        "Deployment/schema-watcher: no PodMonitor selects its pods (on a declared port)",
+        "Deployment/maintainer: no PodDisruptionBudget selects its pods (on a declared port)",
+    ]
+
+
+def test_committed_secrets_and_a_stale_executor_image_are_reported(
+    prod_objects: Objects, contract: Contract
+) -> None:
+    objects = copy.deepcopy(prod_objects)
+    objects.append({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "oops"}})
+    spark = next(
+        o
+        for o in objects
+        if o["kind"] == "ConfigMap" and "spark-defaults.conf" in o.get("data", {})
+    )
+    spark["data"]["spark-defaults.conf"] = spark["data"]["spark-defaults.conf"].replace(
+        "icefjord/iceberg-writer:0.1.0", "icefjord/iceberg-writer:0.0.9"
+    )
+    found = workload_problems(objects, contract)
+    assert found[0] == "Secret/oops: Secrets must not be committed; reference them"
+    assert (
+        "spark.kubernetes.container.image icefjord/iceberg-writer:0.0.9 is not the image"
+        in found[1]
+    )
+    assert len(found) == 2
+
+
+def test_base_manifests_reference_only_secrets(root: Path) -> None:
+    for path in (root / "deploy" / "k8s").rglob("*.yaml"):
+        for doc in yaml.safe_load_all(path.read_text()):
+            assert not (isinstance(doc, dict) and doc.get("kind") == "Secret"), path
+
+
+def test_kustomize_is_the_fallback_renderer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = tmp_path / "kustomize"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("KUBECTL", raising=False)
+    monkeypatch.delenv("KUSTOMIZE", raising=False)
+    assert kubernetes.renderer(Context(tmp_path)) == [str(fake), "build"]
+    fake.unlink()
+    with pytest.raises(ToolMissing, match="neither kubectl nor kustomize"):
+        kubernetes.renderer(Context(tmp_path))
