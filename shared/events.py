@@ -230,7 +230,21 @@ class CommitDone:
     offsets: tuple[TopicPartitionOffset, ...] = ()
     committed_at_ms: int
     duration_ms: int
+    sequence_number: int | None = None
+    freshness_p50_ms: int | None = None
+    total_records: int | None = None
+    total_data_files: int | None = None
+    total_delete_files: int | None = None
 
+    _OPTIONAL: ClassVar[tuple[str, ...]] = (
+        "watermark_ms",
+        "freshness_ms",
+        "sequence_number",
+        "freshness_p50_ms",
+        "total_records",
+        "total_data_files",
+        "total_delete_files",
+    )
     _SCALARS: ClassVar[tuple[str, ...]] = (
         "table",
         "commit_id",
@@ -247,6 +261,11 @@ class CommitDone:
         "freshness_ms",
         "committed_at_ms",
         "duration_ms",
+        "sequence_number",
+        "freshness_p50_ms",
+        "total_records",
+        "total_data_files",
+        "total_delete_files",
     )
 
     def to_record(self) -> dict[str, Any]:
@@ -256,9 +275,9 @@ class CommitDone:
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> Self:
-        optional = ("watermark_ms", "freshness_ms")
         scalars: dict[str, Any] = {
-            name: record.get(name) if name in optional else record[name] for name in cls._SCALARS
+            name: record.get(name) if name in cls._OPTIONAL else record[name]
+            for name in cls._SCALARS
         }
         offsets = tuple(TopicPartitionOffset.from_record(o) for o in record["offsets"])
         return cls(offsets=offsets, **scalars)

@@ -653,7 +653,9 @@ class Writer:
             log.warning("fault injection: exiting between commit and CommitDone")
             os._exit(137)
         if checkpoint is not None and checkpoint.commit_id == commit_id:
-            self._publish_commit(state, committed_table, checkpoint, seconds, freshness)
+            updated = sum(1 for c in plan.upserts if c.op is Op.UPDATE)
+            counts = (len(plan.upserts) - updated, updated, len(plan.deletes))
+            self._publish_commit(state, committed_table, checkpoint, seconds, freshness, counts)
 
     def _publish_commit(
         self,
@@ -662,7 +664,10 @@ class Writer:
         checkpoint: Checkpoint,
         seconds: float,
         freshness_ms: list[float] | None = None,
+        counts: tuple[int, int, int] | None = None,
     ) -> None:
+        """Publish CommitDone for ``checkpoint``; ``counts`` (inserted, updated, deleted) come
+        from the batch plan, or from the snapshot summary when republishing after a crash."""
         snapshot = table.snapshot_by_id(checkpoint.snapshot_id)
         assert snapshot is not None
         summary: Mapping[str, str] = (
@@ -672,20 +677,31 @@ class Writer:
         def number(name: str) -> int:
             return int(summary.get(name) or 0)
 
+        inserted, updated, deleted = counts or (
+            number("added-records"),
+            0,
+            number("added-position-deletes"),
+        )
+        ordered = sorted(freshness_ms or [])
         event = CommitDone(
             table=state.name,
             commit_id=checkpoint.commit_id,
             snapshot_id=checkpoint.snapshot_id,
             writer_epoch=checkpoint.epoch,
-            records=number("added-records") + number("added-position-deletes"),
-            inserted=number("added-records"),
-            updated=0,
-            deleted=number("added-position-deletes"),
+            records=inserted + updated + deleted,
+            inserted=inserted,
+            updated=updated,
+            deleted=deleted,
             data_files_added=number("added-data-files"),
             delete_files_added=number("added-delete-files"),
             bytes_added=number("added-files-size"),
             watermark_ms=checkpoint.watermark_ms,
-            freshness_ms=int(max(freshness_ms)) if freshness_ms else None,
+            freshness_ms=int(ordered[-1]) if ordered else None,
+            freshness_p50_ms=int(ordered[len(ordered) // 2]) if ordered else None,
+            sequence_number=snapshot.sequence_number,
+            total_records=number("total-records"),
+            total_data_files=number("total-data-files"),
+            total_delete_files=number("total-delete-files"),
             offsets=tuple(
                 TopicPartitionOffset(topic=topic, partition=partition, next_offset=n)
                 for (topic, partition), n in sorted(checkpoint.offsets.items())

@@ -138,20 +138,26 @@ def test_kill_minus_nine_many_times_loses_and_duplicates_nothing(
     log = tmp_path / "writer.log"
     rng = random.Random(11)
     kills = 0
-    # First run dies on purpose right after its second commit, before that CommitDone.
-    first = start(
-        writer_env(stack, crash_topic, suffix, ICEFJORD_WRITER_CRASH_AFTER_COMMITS="2"), log
-    )
-    assert first.wait(timeout=240) == 137, log.read_text()[-3000:]
-    kills = 0
-    for _ in range(4):
-        process = start(writer_env(stack, crash_topic, suffix), log)
-        time.sleep(rng.uniform(12, 30))
-        assert process.poll() is None, log.read_text()[-3000:]
-        process.send_signal(signal.SIGKILL)
-        process.wait(timeout=30)
-        kills += 1
-    feeder.join(timeout=300)
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        # The first run dies on purpose right after its second commit, before its CommitDone.
+        crash = {"ICEFJORD_WRITER_CRASH_AFTER_COMMITS": "2"}
+        first = start(writer_env(stack, crash_topic, suffix, **crash), log)
+        processes.append(first)
+        assert first.wait(timeout=900) == 137, log.read_text()[-3000:]
+        for _ in range(4):
+            process = start(writer_env(stack, crash_topic, suffix), log)
+            processes.append(process)
+            time.sleep(rng.uniform(15, 40))
+            assert process.poll() is None, log.read_text()[-3000:]
+            process.send_signal(signal.SIGKILL)
+            process.wait(timeout=30)
+            kills += 1
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+    feeder.join(timeout=600)
     assert done.is_set()
     process = start(writer_env(stack, crash_topic, suffix), log)
     try:

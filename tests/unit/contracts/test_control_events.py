@@ -173,7 +173,9 @@ def test_every_record_the_schema_allows_maps_to_an_event_and_back(avro: Any, ver
     def check(record: dict[str, Any]) -> None:
         record["table"] = record["payload"][1]["table"]  # the one rule Avro cannot express
         read_back = avro.read(avro.write(schema, record), schema)
-        assert ControlEvent.from_record(read_back).to_record() == read_back
+        event = ControlEvent.from_record(read_back)
+        # Written back with the same version's schema: fields a later version added drop out.
+        assert avro.read(avro.write(schema, event.to_record()), schema) == read_back
 
     check()
 
