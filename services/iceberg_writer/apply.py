@@ -27,11 +27,11 @@ from pyspark.sql import DataFrame, SparkSession
 
 from services.iceberg_writer.changes import BatchPlan, Change, Op, Path
 from services.iceberg_writer.tables import quote
-from services.iceberg_writer.types import Converter, MetadataColumns
+from services.iceberg_writer.types import STAGING_FLAG, Converter, MetadataColumns
 
 log = logging.getLogger(__name__)
 
-DELETE_FLAG = "_icefjord_delete"
+DELETE_FLAG = STAGING_FLAG
 
 
 class CommitConflictError(RuntimeError):

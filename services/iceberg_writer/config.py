@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from services.iceberg_writer.tables import TableConfig, partition_sql
@@ -65,6 +65,16 @@ class MetadataColumnSettings(BaseModel):
     op: str = "_icefjord_op"
     position: str = Field(default="_icefjord_position", min_length=1)
     source_ts: str = "_icefjord_source_ts"
+
+    @model_validator(mode="after")
+    def _plain_and_distinct(self) -> MetadataColumnSettings:
+        names = [name for name in (self.op, self.position, self.source_ts) if name]
+        for name in names:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", name):
+                raise ValueError(f"metadata column name {name!r} is not a plain identifier")
+        if len(set(names)) != len(names):
+            raise ValueError(f"metadata column names must be distinct, got {names}")
+        return self
 
     def columns(self) -> MetadataColumns:
         return MetadataColumns(self.op or None, self.position, self.source_ts or None)

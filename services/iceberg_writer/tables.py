@@ -73,7 +73,7 @@ class FencedError(RuntimeError):
 
 def quote(name: str) -> str:
     """Backtick-quote one identifier part after checking it is a plain name."""
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise ValueError(f"{name!r} is not a valid identifier (letters, digits, underscore)")
     return f"`{name}`"
 
@@ -84,7 +84,7 @@ def _literal(value: str) -> str:
 
 def partition_sql(expression: str) -> str:
     """A validated Spark partition transform, e.g. ``days(created_at)``, ``bucket(16, id)``."""
-    match = _PARTITION.match(expression.strip())
+    match = _PARTITION.fullmatch(expression.strip())
     if match is None:
         raise ValueError(
             f"partition {expression!r} is not one of identity|years|months|days|hours(col), "

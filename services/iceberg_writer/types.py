@@ -39,6 +39,7 @@ from pyiceberg.types import (
 from shared.avro_types import decimal_parameters, expand_named_types, split_nullable
 
 Converter = Callable[[Any], Any]
+STAGING_FLAG = "_icefjord_delete"  # a batch-only column marking deletes; never a table column
 
 
 class UnsupportedTypeError(ValueError):
@@ -177,7 +178,7 @@ def table_schema(
     missing = [key for key in keys if key not in names]
     if missing:
         raise UnsupportedTypeError(f"key columns {missing} are not in the row")
-    clashes = [name for name in metadata.names() if name in names]
+    clashes = [name for name in [*metadata.names(), STAGING_FLAG] if name in names]
     if clashes:
         raise UnsupportedTypeError(f"row columns {clashes} clash with the metadata columns")
     fields = [
@@ -193,12 +194,16 @@ def table_schema(
     return schema, keys
 
 
-def _time_text(value: Any) -> Any:
-    if isinstance(value, dt.time):
-        return value.isoformat(timespec="microseconds")
-    if isinstance(value, int):  # a reader without logical types gives micros (or millis)
-        return (dt.datetime.min + dt.timedelta(microseconds=value)).time().isoformat("microseconds")
-    return value
+def _time_text(micros_per_unit: int) -> Converter:
+    def convert(value: Any) -> Any:
+        if isinstance(value, dt.time):
+            return value.isoformat(timespec="microseconds")
+        if isinstance(value, int):  # a reader without logical types gives the raw count
+            moment = dt.datetime.min + dt.timedelta(microseconds=value * micros_per_unit)
+            return moment.time().isoformat("microseconds")
+        return value
+
+    return convert
 
 
 def _uuid_text(value: Any) -> Any:
@@ -213,7 +218,7 @@ def value_converter(avro_type: Any) -> Converter | None:
     logical = base.get("logicalType")
     kind = base.get("type")
     if logical in ("time-millis", "time-micros"):
-        return _nullsafe(_time_text)
+        return _nullsafe(_time_text(1000 if logical == "time-millis" else 1))
     if logical == "uuid":
         return _nullsafe(_uuid_text)
     if kind in ("record", "error"):
@@ -260,4 +265,6 @@ def type_from_json(type_json: str) -> IcebergType:
     """The Iceberg type of a SchemaChange operation's ``type_json`` (an Avro type)."""
     avro_type = json.loads(type_json)
     _, base = split_nullable(expand_named_types(avro_type, allow_redefinition=True))
+    if isinstance(base, list):
+        raise UnsupportedTypeError(f"union of several types {base!r} cannot be a column")
     return _base_type(base, itertools.count(10_000_000))

@@ -585,15 +585,17 @@ class Writer:
             EPOCH: str(self.epoch),
             WATERMARK: str(watermark),
         }
-        if plan.truncate_position is not None:
-            summary[TRUNCATED_AT] = plan.truncate_position
-        batch = arrow_batch(plan, table, state.keys, state.converters, self._store.metadata)
-        snapshot = table.current_snapshot()
-        total = snapshot.summary.get("total-records") if snapshot and snapshot.summary else None
-        empty = snapshot is None or int(total or 0) == 0
+        if state.truncated_at is not None or plan.truncate_position is not None:
+            # Every commit repeats it, so expiring old snapshots never loses it.
+            summary[TRUNCATED_AT] = plan.truncate_position or state.truncated_at or ""
         started = time.monotonic()
         attempt = 0
         while True:
+            # Planned against the table as it is now: a retry sees the conflicting commit.
+            snapshot = table.current_snapshot()
+            total = snapshot.summary.get("total-records") if snapshot and snapshot.summary else None
+            empty = snapshot is None or int(total or 0) == 0
+            batch = arrow_batch(plan, table, state.keys, state.converters, self._store.metadata)
             try:
                 result = self._batch_writer.write(
                     self._store.sql_name(state.name),
@@ -619,6 +621,7 @@ class Writer:
                 )
                 time.sleep(min(5.0, 0.2 * 2**attempt))
                 self._store.check_epoch(state.name, self.epoch)
+                table = self._store.load(state.name) or table
         seconds = time.monotonic() - started
         now_ms = time.time() * 1000
         committed_table = self._store.load(state.name)
