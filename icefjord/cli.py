@@ -17,7 +17,7 @@ app = typer.Typer(help="Icefjord: Debezium change streams into fresh Apache Iceb
 local_app = typer.Typer(help="The local stack: real Kafka, Apicurio Registry, Spark + Iceberg.")
 app.add_typer(local_app, name="local")
 app.add_typer(schema_app, name="schema")
-bench_app = typer.Typer(help="Throughput benchmarks of the pure processing paths (no Kafka).")
+bench_app = typer.Typer(help="Benchmarks: the normalizer's path, the writer on the stack.")
 app.add_typer(bench_app, name="bench")
 app.command("normalize")(normalize_command)
 
@@ -111,6 +111,37 @@ def bench_normalize(
             str(result.changes),
             f"{result.seconds:.2f}",
             f"{result.changes_per_second:,.0f}",
+        )
+    console.print(table)
+
+
+@bench_app.command("write")
+def bench_write_command(
+    seconds: float = typer.Option(60.0, "--seconds", min=1, help="How long to produce."),
+    rates: list[int] | None = typer.Option(  # noqa: B008 (typer's idiom)
+        None, "--rate", help="Changes/s to produce, repeatable; 0 = as fast as possible."
+    ),
+) -> None:
+    """iceberg-writer alone on the running stack: changes/s applied and freshness p50/p99."""
+    from services.iceberg_writer.bench import bench_write
+    from services.iceberg_writer.config import WriterSettings
+
+    settings = WriterSettings(topic_replication_factor=1, metrics={"port": 0})
+    table = Table(title=f"iceberg-writer on the local stack, {seconds:.0f} s per rate")
+    for column in ("rate", "produced", "applied", "commits", "changes/s", "p50 s", "p99 s"):
+        table.add_column(column, justify="right")
+    for rate in rates or [1000]:
+        result = bench_write(
+            settings, seconds=seconds, rate=rate or None, progress=lambda m: console.log(m)
+        )
+        table.add_row(
+            str(rate or "max"),
+            str(result.produced),
+            str(result.applied),
+            str(result.commits),
+            f"{result.changes_per_second:,.0f}",
+            f"{result.freshness_p50_s:.1f}",
+            f"{result.freshness_p99_s:.1f}",
         )
     console.print(table)
 

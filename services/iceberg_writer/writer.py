@@ -16,6 +16,7 @@ import logging
 import os
 import time
 import uuid
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -139,6 +140,7 @@ class Writer:
         self._paused_all = False
         self._last_lag = 0.0
         self.commits = 0
+        self.freshness_samples: deque[float] = deque(maxlen=200_000)  # seconds, for benchmarks
 
     # -- start ----------------------------------------------------------------------------
 
@@ -636,6 +638,7 @@ class Writer:
         self.metrics.commit_duration.labels(state.name).observe(seconds)
         self.metrics.last_commit.labels(state.name).set(time.time())
         freshness = [now_ms - c.source_ts_ms for c in state.pending]
+        self.freshness_samples.extend(max(0.0, f / 1000) for f in freshness)
         state.committed = offsets
         if plan.truncate_position is not None:
             state.truncated_at = plan.truncate_position
