@@ -114,6 +114,7 @@ def end_offsets(stack: Stack, topic: str) -> dict[tuple[str, int], int]:
         consumer.close()
 
 
+@pytest.mark.timeout(2400)
 def test_kill_minus_nine_many_times_loses_and_duplicates_nothing(
     stack: Stack, spark: Any, crash_topic: str, tmp_path: Path
 ) -> None:
@@ -129,22 +130,24 @@ def test_kill_minus_nine_many_times_loses_and_duplicates_nothing(
     def trickle() -> None:
         for start_at in range(1000, len(history), 100):
             producer.send(schema, history[start_at : start_at + 100])
-            time.sleep(0.5)
+            time.sleep(3)
         done.set()
 
     feeder = threading.Thread(target=trickle, daemon=True)
-    feeder.start()
     suffix = uuid.uuid4().hex[:8]
     log = tmp_path / "writer.log"
     rng = random.Random(11)
+    began = time.monotonic()
     kills = 0
     processes: list[subprocess.Popen[bytes]] = []
     try:
-        # The first run dies on purpose right after its second commit, before its CommitDone.
-        crash = {"ICEFJORD_WRITER_CRASH_AFTER_COMMITS": "2"}
+        # The first run dies on purpose right after its first commit, before its CommitDone.
+        crash = {"ICEFJORD_WRITER_CRASH_AFTER_COMMITS": "1"}
         first = start(writer_env(stack, crash_topic, suffix, **crash), log)
         processes.append(first)
         assert first.wait(timeout=900) == 137, log.read_text()[-3000:]
+        print(f"first writer exited after its commit, {time.monotonic() - began:.0f} s")
+        feeder.start()  # the rest arrives while the writer is killed again and again
         for _ in range(4):
             process = start(writer_env(stack, crash_topic, suffix), log)
             processes.append(process)
@@ -153,6 +156,7 @@ def test_kill_minus_nine_many_times_loses_and_duplicates_nothing(
             process.send_signal(signal.SIGKILL)
             process.wait(timeout=30)
             kills += 1
+            print(f"kill -9 number {kills} at {time.monotonic() - began:.0f} s")
     finally:
         for process in processes:
             if process.poll() is None:
