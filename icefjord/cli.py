@@ -11,6 +11,12 @@ from icefjord.local.settings import LocalSettings
 from icefjord.local.stack import LocalStack, StartError
 from services.cdc_normalizer.bench import InputFormat, bench
 from services.cdc_normalizer.cli import normalize_command
+from services.maintainer.cli import (
+    bench_maintain_command,
+    control_app,
+    table_app,
+    tables_command,
+)
 from services.schema_watcher.cli import schema_app
 
 app = typer.Typer(help="Icefjord: Debezium change streams into fresh Apache Iceberg tables.")
@@ -20,6 +26,10 @@ app.add_typer(schema_app, name="schema")
 bench_app = typer.Typer(help="Benchmarks: the normalizer's path, the writer on the stack.")
 app.add_typer(bench_app, name="bench")
 app.command("normalize")(normalize_command)
+app.add_typer(control_app, name="control")
+app.command("tables")(tables_command)
+app.add_typer(table_app, name="table")
+bench_app.command("maintain")(bench_maintain_command)
 
 console = Console()
 errors = Console(stderr=True)

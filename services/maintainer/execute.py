@@ -1,0 +1,432 @@
+"""Runs one maintenance request through Spark's Iceberg procedures and reports the outcome.
+
+:class:`MaintenanceExecutor` validates the request (:func:`validate_request`), checks the
+table and the scope's columns against the catalog, inspects the table, runs the procedure
+and inspects again; it always returns a :class:`MaintenanceResult`, never raises for a
+failed action.
+
+Concurrency with the writer: Iceberg commits optimistically and rejects a commit that would
+be wrong (a rewrite of a file that just got new position deletes; the writer's deletes
+against a file a rewrite just removed). Such a rejection is a *conflict*: the executor
+retries the action a bounded number of times, and data rewrites run with partial progress,
+so file groups that committed stay committed and only the conflicting ones are redone.
+Expiry keeps the latest snapshot carrying ``icefjord.offsets``: the cutoff is clamped to
+that snapshot's commit time (Iceberg expires only snapshots strictly older), read from a
+fresh inspection just before the call, and checked again after it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from services.maintainer.health import FileContent, TableInspection
+from services.maintainer.identifiers import TableId
+from services.maintainer.inspect import UnknownTableError
+from services.maintainer.policy import MaintenancePolicy
+from services.maintainer.procedures import (
+    expire_snapshots_sql,
+    remove_orphan_files_sql,
+    rewrite_data_files_sql,
+    rewrite_manifests_sql,
+    rewrite_position_deletes_sql,
+)
+from services.maintainer.requests import Rejection, ValidatedRequest, validate_request
+from shared.events import MaintenanceAction, MaintenanceRequest, MaintenanceResult
+from shared.events import MaintenanceStatus as Status
+
+__all__ = [
+    "CONFLICT_MARKERS",
+    "PROCEDURE_ORPHAN_FLOOR_MS",
+    "Inspector",
+    "MaintenanceExecutor",
+    "ProcedureRunner",
+    "SparkProcedureRunner",
+    "error_summary",
+    "is_conflict",
+]
+
+log = logging.getLogger(__name__)
+
+PROCEDURE_ORPHAN_FLOOR_MS = 24 * 3600 * 1000
+"""``remove_orphan_files`` refuses younger cutoffs; the action API is used below it."""
+
+CONFLICT_MARKERS = (
+    "ValidationException",
+    "CommitFailedException",
+    "Cannot commit rewrite",
+    "conflicted with another concurrent",
+    "rewrite commits failed",  # partial progress with partial-progress.max-failed-commits
+)
+
+
+def is_conflict(error: BaseException) -> bool:
+    """Whether ``error`` is Iceberg rejecting a commit that raced another one (retryable)."""
+    text = str(error)
+    return any(marker in text for marker in CONFLICT_MARKERS)
+
+
+def error_summary(error: BaseException, limit: int = 500) -> str:
+    """The first meaningful line of ``error`` (Py4J wraps the Java exception in a banner and
+    a stack trace), prefixed with the Python class, at most ``limit`` characters."""
+    lines = [line.strip(" :\t") for line in str(error).splitlines()]
+    meaningful = [
+        line for line in lines if line and not line.startswith(("An error occurred", "at "))
+    ]
+    first = meaningful[0] if meaningful else ""
+    return f"{type(error).__name__}: {first}"[:limit]
+
+
+class ProcedureRunner(Protocol):
+    """Runs Iceberg procedures; :class:`SparkProcedureRunner` on a SparkSession."""
+
+    def sql(self, statement: str) -> list[dict[str, Any]]: ...
+
+    def delete_orphans(self, table: str, older_than_ms: int) -> list[str]: ...
+
+
+class Inspector(Protocol):
+    """What :class:`~services.maintainer.inspect.TableInspector` offers."""
+
+    def exists(self, table: TableId) -> bool: ...
+
+    def columns(self, table: TableId) -> frozenset[str]: ...
+
+    def inspect(self, table: TableId) -> TableInspection: ...
+
+
+class SparkProcedureRunner:
+    """Runs statements on one SparkSession; orphans under 24 h through the action API."""
+
+    def __init__(self, spark: Any) -> None:
+        self._spark = spark
+
+    def sql(self, statement: str) -> list[dict[str, Any]]:
+        log.debug("running procedure", extra={"sql": statement})
+        return [row.asDict() for row in self._spark.sql(statement).collect()]
+
+    def delete_orphans(self, table: str, older_than_ms: int) -> list[str]:
+        """``table`` is the quoted, catalog-qualified name; returns the deleted locations."""
+        jvm = self._spark._jvm
+        session = self._spark._jsparkSession
+        loaded = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(session, table)
+        actions = jvm.org.apache.iceberg.spark.actions.SparkActions.get(session)
+        result = actions.deleteOrphanFiles(loaded).olderThan(older_than_ms).execute()
+        iterator = result.orphanFileLocations().iterator()
+        deleted: list[str] = []
+        while iterator.hasNext():
+            deleted.append(str(iterator.next()))
+        return deleted
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """What one action did: counters summed over attempts, the attempts it took, and the
+    last conflict when it gave up (what committed before stays committed)."""
+
+    counters: Mapping[str, int]
+    attempts: int
+    conflicts: int
+    error: str | None = None
+
+
+class _ActionRejected(Exception):
+    """A request that is valid in form but must not run (unsafe now)."""
+
+
+def _add(total: dict[str, int], rows: list[dict[str, Any]]) -> None:
+    for row in rows:
+        for key, value in row.items():
+            if isinstance(value, int) and not isinstance(value, bool):
+                total[key] = total.get(key, 0) + value
+
+
+def _files(inspection: TableInspection, content: FileContent) -> tuple[int, int]:
+    chosen = [f for f in inspection.files if f.content is content]
+    return len(chosen), sum(f.size_bytes for f in chosen)
+
+
+class MaintenanceExecutor:
+    """Executes requests one at a time (see the module doc).
+
+    ``max_attempts`` bounds the runs of one action when Iceberg reports conflicts;
+    ``retry_delay_s`` is the pause between them (doubling). ``orphan_floor_ms`` is the
+    youngest age an orphan may have to be deleted: files younger than that may belong to a
+    commit in flight.
+    """
+
+    def __init__(
+        self,
+        runner: ProcedureRunner,
+        inspector: Inspector,
+        *,
+        catalog: str,
+        max_attempts: int = 3,
+        retry_delay_s: float = 2.0,
+        orphan_floor_ms: int = 3600 * 1000,
+        clock: Callable[[], float] = time.time,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self._runner = runner
+        self._inspector = inspector
+        self._catalog = catalog
+        self._max_attempts = max(max_attempts, 1)
+        self._retry_delay_s = retry_delay_s
+        self._orphan_floor_ms = orphan_floor_ms
+        self._clock = clock
+        self._stop = stop or threading.Event()
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def execute(self, request: MaintenanceRequest, policy: MaintenancePolicy) -> MaintenanceResult:
+        """Run ``request``; ``policy`` supplies defaults for options the request leaves out
+        (retention, orphan age). Never raises for the action's own failures."""
+        started = self._clock()
+
+        def result(status: Status, **fields: Any) -> MaintenanceResult:
+            return MaintenanceResult(
+                request_id=request.request_id,
+                table=request.table,
+                action=request.action,
+                status=status,
+                duration_ms=int((self._clock() - started) * 1000),
+                **fields,
+            )
+
+        checked = validate_request(request)
+        if isinstance(checked, Rejection):
+            return result(Status.REJECTED, message="request rejected", error=checked.reason)
+        try:
+            self._check_catalog(checked)
+            return self._run(checked, policy, result)
+        except (_ActionRejected, UnknownTableError) as exc:
+            return result(Status.REJECTED, message="request rejected", error=str(exc))
+        except Exception as exc:  # the action failed; report it, never crash the service
+            log.warning(
+                "maintenance action failed",
+                extra={"table": request.table, "action": request.action.value},
+                exc_info=True,
+            )
+            return result(Status.FAILED, message="action failed", error=error_summary(exc))
+
+    def _check_catalog(self, checked: ValidatedRequest) -> None:
+        if not self._inspector.exists(checked.table):
+            raise _ActionRejected(f"unknown table {checked.table}")
+        if checked.scope is not None:
+            missing = sorted(checked.scope.columns - self._inspector.columns(checked.table))
+            if missing:
+                raise _ActionRejected(
+                    f"partition filter names columns not in {checked.table}: {', '.join(missing)}"
+                )
+
+    def _run(
+        self,
+        checked: ValidatedRequest,
+        policy: MaintenancePolicy,
+        result: Callable[..., MaintenanceResult],
+    ) -> MaintenanceResult:
+        action = checked.request.action
+        before = self._inspector.inspect(checked.table)
+        if action is MaintenanceAction.EXPIRE_SNAPSHOTS:
+            return self._expire(checked, policy, before, result)
+        if action is MaintenanceAction.REMOVE_ORPHAN_FILES:
+            return self._orphans(checked, policy, result)
+        if action is MaintenanceAction.REWRITE_MANIFESTS:
+            outcome = self._attempts(lambda: rewrite_manifests_sql(self._catalog, checked.table))
+            after = self._inspector.inspect(checked.table)
+            done = outcome.counters.get("rewritten_manifests_count", 0)
+            return result(
+                _status(outcome, done),
+                files_before=before.manifests,
+                files_after=after.manifests,
+                bytes_before=before.manifest_bytes,
+                bytes_after=after.manifest_bytes,
+                message=f"rewrote {done} manifests into "
+                f"{outcome.counters.get('added_manifests_count', 0)}{_retries(outcome)}",
+                error=_gave_up(outcome),
+            )
+        is_compaction = action is MaintenanceAction.COMPACT_DATA_FILES
+        render = rewrite_data_files_sql if is_compaction else rewrite_position_deletes_sql
+        content = FileContent.DATA if is_compaction else FileContent.POSITION_DELETES
+        options = dict(checked.options)
+        if is_compaction and options.get("partial-progress.enabled") is True:
+            # Raise when a group's commit conflicts, after the others committed: without
+            # this Iceberg only logs it, and a rewrite that lost every race looks like one
+            # that had nothing to do.
+            options.setdefault("partial-progress.max-failed-commits", 0)
+        outcome = self._attempts(
+            lambda: render(self._catalog, checked.table, checked.scope, options),
+            failed_key="failed_data_files_count" if is_compaction else None,
+        )
+        after = self._inspector.inspect(checked.table)
+        files_before, bytes_before = _files(before, content)
+        files_after, bytes_after = _files(after, content)
+        counters = outcome.counters
+        error = _gave_up(outcome)
+        if is_compaction:
+            done = counters.get("rewritten_data_files_count", 0)
+            message = (
+                f"rewrote {done} data files into {counters.get('added_data_files_count', 0)}, "
+                f"removed {counters.get('removed_delete_files_count', 0)} delete files"
+            )
+            failed = counters.get("failed_data_files_count", 0)
+            if failed and not done and error is None:
+                error = f"every file group ({failed} files) failed to rewrite"
+            elif failed:
+                message += f"; {failed} files in groups that failed were left for next time"
+        else:
+            done = counters.get("rewritten_delete_files_count", 0)
+            message = (
+                f"rewrote {done} position delete files into "
+                f"{counters.get('added_delete_files_count', 0)}"
+            )
+        return result(
+            Status.FAILED if error is not None else _status(outcome, done),
+            files_before=files_before,
+            files_after=files_after,
+            bytes_before=bytes_before,
+            bytes_after=bytes_after,
+            message=message + _retries(outcome),
+            error=error,
+        )
+
+    def _attempts(self, statement: Callable[[], str], failed_key: str | None = None) -> _Outcome:
+        """Run the statement up to ``max_attempts`` times: again after a conflict, and again
+        after a result with groups that failed (``failed_key`` > 0). A conflict on the last
+        attempt ends in an outcome with ``error``; any other error is raised."""
+        totals: dict[str, int] = {}
+        conflicts = 0
+        delay = self._retry_delay_s
+        for attempt in range(1, self._max_attempts + 1):
+            last = attempt == self._max_attempts or self._stop.is_set()
+            try:
+                rows = self._runner.sql(statement())
+            except Exception as exc:
+                if not is_conflict(exc):
+                    raise
+                conflicts += 1
+                if last:
+                    return _Outcome(totals, attempt, conflicts, error_summary(exc))
+                log.info("maintenance commit conflicted, retrying", extra={"attempt": attempt})
+            else:
+                _add(totals, rows)
+                failed = sum(int(row.get(failed_key) or 0) for row in rows) if failed_key else 0
+                if failed_key:
+                    # Only the last run's failures are left over.
+                    totals[failed_key] = failed
+                if failed == 0 or last:
+                    return _Outcome(totals, attempt, conflicts)
+            if self._stop.wait(delay):
+                return _Outcome(totals, attempt, conflicts, "stopped before the retry")
+            delay *= 2
+        raise AssertionError("unreachable: the last attempt returns")  # pragma: no cover
+
+    def _expire(
+        self,
+        checked: ValidatedRequest,
+        policy: MaintenancePolicy,
+        before: TableInspection,
+        result: Callable[..., MaintenanceResult],
+    ) -> MaintenanceResult:
+        now_ms = self._now_ms()
+        requested = checked.options.get("older_than_ms")
+        cutoff = (
+            int(requested)
+            if requested is not None
+            else now_ms - int(policy.expire_max_age_s * 1000)
+        )
+        retain_last = int(checked.options.get("retain_last", policy.expire_retain_last))
+        protected = [s for s in before.snapshots if s.carries_offsets]
+        newest = max(protected, key=lambda s: (s.committed_at_ms, s.snapshot_id), default=None)
+        note = ""
+        if newest is not None and newest.committed_at_ms < cutoff:
+            cutoff = newest.committed_at_ms
+            note = f"; cutoff held at offsets snapshot {newest.snapshot_id}"
+        outcome = self._attempts(
+            lambda: expire_snapshots_sql(self._catalog, checked.table, cutoff, retain_last)
+        )
+        after = self._inspector.inspect(checked.table)
+        survivors = {s.snapshot_id for s in after.snapshots}
+        if newest is not None and newest.snapshot_id not in survivors:
+            log.error(
+                "ALERT offsets snapshot expired",
+                extra={"table": str(checked.table), "snapshot_id": newest.snapshot_id},
+            )
+            return result(
+                Status.FAILED,
+                files_before=len(before.snapshots),
+                files_after=len(after.snapshots),
+                error=f"the offsets snapshot {newest.snapshot_id} is gone after expiry",
+            )
+        removed = len(before.snapshots) - len(after.snapshots)
+        deleted = sum(v for k, v in outcome.counters.items() if k.startswith("deleted_"))
+        return result(
+            _status(outcome, removed + deleted),
+            error=_gave_up(outcome),
+            files_before=len(before.snapshots),
+            files_after=len(after.snapshots),
+            bytes_before=before.metadata_file_bytes + before.manifest_bytes,
+            bytes_after=after.metadata_file_bytes + after.manifest_bytes,
+            message=f"expired {removed} snapshots older than {cutoff} ms, kept the last "
+            f"{retain_last}; deleted {deleted} unreachable files{note}{_retries(outcome)}",
+        )
+
+    def _orphans(
+        self,
+        checked: ValidatedRequest,
+        policy: MaintenancePolicy,
+        result: Callable[..., MaintenanceResult],
+    ) -> MaintenanceResult:
+        now_ms = self._now_ms()
+        requested = checked.options.get("older_than_ms")
+        cutoff = (
+            int(requested)
+            if requested is not None
+            else now_ms - int(policy.orphan_min_age_s * 1000)
+        )
+        if cutoff > now_ms - self._orphan_floor_ms:
+            raise _ActionRejected(
+                f"older_than_ms {cutoff} is younger than the {self._orphan_floor_ms} ms floor: "
+                "such files may belong to a commit in flight"
+            )
+        dry_run = bool(checked.options.get("dry_run", False))
+        if now_ms - cutoff >= PROCEDURE_ORPHAN_FLOOR_MS:
+            statement = remove_orphan_files_sql(
+                self._catalog, checked.table, cutoff, dry_run=dry_run
+            )
+            rows = self._runner.sql(statement)
+            found = [str(row.get("orphan_file_location")) for row in rows]
+        elif dry_run:
+            raise _ActionRejected("dry_run needs older_than_ms at least 24 h in the past")
+        else:
+            found = self._runner.delete_orphans(checked.table.quoted(self._catalog), cutoff)
+        return result(
+            Status.SUCCEEDED if found else Status.SKIPPED,
+            files_before=len(found),
+            files_after=len(found) if dry_run else 0,
+            message=f"{'found' if dry_run else 'deleted'} {len(found)} orphan files older than "
+            f"{cutoff} ms" + (f", e.g. {found[0]}" if found else ""),
+        )
+
+
+def _status(outcome: _Outcome, done: int) -> Status:
+    if outcome.error is not None:
+        return Status.FAILED
+    return Status.SUCCEEDED if done else Status.SKIPPED
+
+
+def _gave_up(outcome: _Outcome) -> str | None:
+    if outcome.error is None:
+        return None
+    return f"gave up after {outcome.attempts} attempts: {outcome.error}"
+
+
+def _retries(outcome: _Outcome) -> str:
+    if outcome.attempts <= 1:
+        return ""
+    return f" ({outcome.attempts} attempts, {outcome.conflicts} conflicts)"
