@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+from services.cdc_normalizer.avro_encoder import AvroEncoder
 from services.cdc_normalizer.config import NormalizerSettings
 from services.cdc_normalizer.metrics import NormalizerMetrics, lag_by_topic, latency_seconds
 from services.cdc_normalizer.normalize import Operation
@@ -36,7 +37,7 @@ from services.cdc_normalizer.pipeline import (
     next_offsets,
     placeholder_datum,
 )
-from services.cdc_normalizer.table_schema import key_schema, value_schema_text
+from services.cdc_normalizer.table_schema import TableSchema, key_schema_text, value_schema_text
 from shared.avro import AvroCodec, WireFormatError
 from shared.errors import FatalError, RetryableError
 from shared.kafka import ensure_topics, make_admin, make_consumer, make_producer
@@ -96,6 +97,8 @@ class NormalizerService:
         self._schema_ids: set[tuple[str, int]] = set()
         self._latest_value_schema: dict[str, str] = {}
         self._lag_topics: set[str] = set()
+        self._encoders: dict[str, AvroEncoder] = {}
+        self._key_texts: dict[str, str] = {}
         self._router = Router(
             lookup=self._writer,
             clock_ms=_now_ms,
@@ -365,6 +368,22 @@ class NormalizerService:
             self._subjects_configured.add(subject)
         return schema_id
 
+    def _encoder(self, schema_text: str) -> AvroEncoder:
+        encoder = self._encoders.get(schema_text)
+        if encoder is None:
+            encoder = AvroEncoder(schema_text)
+            self._encoders[schema_text] = encoder
+        return encoder
+
+    def _key_text(self, schema: TableSchema) -> str:
+        """The key schema text as registered: sorted keys, what the codec writes for a dict."""
+        text = key_schema_text(schema)
+        registered = self._key_texts.get(text)
+        if registered is None:
+            registered = json.dumps(json.loads(text), sort_keys=True)
+            self._key_texts[text] = registered
+        return registered
+
     def _encode(self, change: ChangeOut) -> tuple[bytes | None, bytes]:
         """Register the schemas if needed and serialize one change (key, value)."""
         value = dict(change.value)
@@ -378,16 +397,15 @@ class NormalizerService:
             value["key"] = placeholder_datum(key_field["type"])
         self._ensure_topic(change.topic)
         value_subject = f"{change.topic}-value"
-        self._register(value_subject, value_text, str(change.table))
+        value_id = self._register(value_subject, value_text, str(change.table))
         self._latest_value_schema[change.topic] = value_text
         try:
-            value_bytes = self._codec.serialize(value_subject, value_text, value)
+            value_bytes = self._encoder(value_text).frame(value_id, value)
             key_bytes = None
             if change.key is not None and change.schema is not None:
-                key_avro = key_schema(change.schema)
-                key_subject = f"{change.topic}-key"
-                self._register(key_subject, key_avro, None)
-                key_bytes = self._codec.serialize(key_subject, key_avro, change.key)
+                key_text = self._key_text(change.schema)
+                key_id = self._register(f"{change.topic}-key", key_text, None)
+                key_bytes = self._encoder(key_text).frame(key_id, change.key)
         except (ValueError, TypeError, KeyError) as exc:  # a datum its schema does not accept
             raise _Unwritable("unserializable", type(exc).__name__, str(exc)) from exc
         return key_bytes, value_bytes

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from services.cdc_normalizer.avro_encoder import AvroEncoder
 from services.cdc_normalizer.pipeline import (
     AvroWriter,
     ChangeOut,
@@ -25,7 +26,7 @@ from services.cdc_normalizer.pipeline import (
     SourceRecord,
     avro_writer,
 )
-from services.cdc_normalizer.table_schema import key_schema, schema_json, value_schema_text
+from services.cdc_normalizer.table_schema import key_schema_text, value_schema_text
 from shared.avro import WireFormatError, encode, parse
 
 InputFormat = Literal["json", "avro"]
@@ -271,28 +272,28 @@ class _Encoder:
     """Key and value serialization as the service does it, with ids in place of the registry."""
 
     def __init__(self) -> None:
-        self._parsed: dict[str, tuple[int, Any]] = {}
+        self._known: dict[str, tuple[int, AvroEncoder]] = {}
 
-    def _schema(self, text: str) -> tuple[int, Any]:
-        known = self._parsed.get(text)
+    def _schema(self, text: str) -> tuple[int, AvroEncoder]:
+        known = self._known.get(text)
         if known is None:
-            known = (100 + len(self._parsed), parse(text))
-            self._parsed[text] = known
+            known = (100 + len(self._known), AvroEncoder(text))
+            self._known[text] = known
         return known
 
     def schemas(self) -> tuple[tuple[int, str], ...]:
         """Every (id, schema text) used so far."""
-        return tuple((schema_id, text) for text, (schema_id, _) in self._parsed.items())
+        return tuple((schema_id, text) for text, (schema_id, _) in self._known.items())
 
     def __call__(self, change: ChangeOut) -> tuple[bytes | None, bytes]:
         if change.schema is None:
             raise ValueError("the benchmark has no TRUNCATE")
-        value_id, value_parsed = self._schema(value_schema_text(change.schema))
+        value_id, value_encoder = self._schema(value_schema_text(change.schema))
         key_bytes = None
         if change.key is not None:
-            key_id, key_parsed = self._schema(schema_json(key_schema(change.schema)))
-            key_bytes = encode(key_id, key_parsed, change.key)
-        return key_bytes, encode(value_id, value_parsed, change.value)
+            key_id, key_encoder = self._schema(key_schema_text(change.schema))
+            key_bytes = key_encoder.frame(key_id, change.key)
+        return key_bytes, value_encoder.frame(value_id, change.value)
 
 
 def run_bench(

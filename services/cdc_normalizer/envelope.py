@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import decimal
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from services.cdc_normalizer.caching import IdentityCache
 from services.cdc_normalizer.connect_schema import (
     ConnectKind,
     ConnectSchema,
@@ -65,6 +67,9 @@ class KeyStruct:
     schema: ConnectSchema | None
 
 
+_DECIMAL_JSON = json.JSONDecoder(parse_float=decimal.Decimal)
+
+
 def decode_json(raw: bytes | str, what: str) -> Any:
     """Parse JSON text exactly: non-integral numbers become :class:`decimal.Decimal`.
 
@@ -99,11 +104,109 @@ def _cached_schema(block: Any, where: str) -> ConnectSchema:
 
 def _split_schema(value: Any, given: ConnectSchema | None, what: str) -> tuple[Any, Any]:
     """``(payload, schema)`` of a value that may be a JsonConverter schema/payload pair."""
-    if isinstance(value, Mapping) and set(value) == {"schema", "payload"}:
+    is_pair_sized = len(value) == 2 if type(value) is dict else isinstance(value, Mapping)
+    if is_pair_sized and set(value) == {"schema", "payload"}:
         block = value["schema"]
         schema = _cached_schema(block, f"{what}.schema") if block is not None else None
         return value["payload"], schema or given
     return value, given
+
+
+_PAIR_HEAD = re.compile(r'\{[ \t\n\r]*"schema"[ \t\n\r]*:[ \t\n\r]*')
+_PAIR_MIDDLE = re.compile(r'[ \t\n\r]*,[ \t\n\r]*"payload"[ \t\n\r]*:[ \t\n\r]*')
+_PAYLOAD_TOKEN = b'"payload"'
+_JSON_WHITESPACE = " \t\n\r"
+
+
+class _SchemaPrefixes:
+    """JsonConverter bytes ``{"schema": S, "payload": P}`` repeat the same S in every record of
+    a table. This remembers, per distinct ``{"schema": S, "payload":`` prefix (as bytes), the
+    ConnectSchema of S, so a record that starts with a known prefix only has P decoded.
+
+    A hit is exact: bytes that start with the prefix and end in ``P }`` parse to the same
+    ``{"schema": S, "payload": P}`` as the whole text would. Anything else (another key order,
+    trailing content, invalid UTF-8 or JSON in P) takes the full path, which then returns or
+    raises exactly what it always did. Bounded; failures are never remembered.
+    """
+
+    _SIZE = 256
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        # bytes before the "payload" token -> (whole prefix, schema of S or None for null)
+        self._by_head: dict[bytes, tuple[bytes, ConnectSchema | None]] = {}
+        self._last: tuple[bytes, ConnectSchema | None] | None = None
+
+    def split(self, raw: bytes, given: ConnectSchema | None) -> tuple[Any, Any]:
+        """``(payload, schema)`` of JSON bytes, like ``_split_schema(decode_json(raw))``."""
+        known = self._find(raw)
+        if known is not None:
+            payload = _payload_after(raw, len(known[0]))
+            if payload is not _MISS:
+                return payload, known[1] or given
+        value = decode_json(raw, self._what)
+        split = _split_schema(value, given, self._what)
+        if split[0] is not value:
+            self._learn(raw, value["schema"])
+        return split
+
+    def _find(self, raw: bytes) -> tuple[bytes, ConnectSchema | None] | None:
+        last = self._last
+        if last is not None and raw.startswith(last[0]):
+            return last
+        index = raw.find(_PAYLOAD_TOKEN)
+        for _ in range(4):  # "payload" may also occur inside S (a column named payload)
+            if index < 0:
+                return None
+            known = self._by_head.get(raw[:index])
+            if known is not None and raw.startswith(known[0]):
+                self._last = known
+                return known
+            index = raw.find(_PAYLOAD_TOKEN, index + len(_PAYLOAD_TOKEN))
+        return None
+
+    def _learn(self, raw: bytes, block: Any) -> None:
+        if json.detect_encoding(raw) != "utf-8":
+            return
+        text = raw.decode("utf-8", "surrogatepass")
+        head = _PAIR_HEAD.match(text)
+        if head is None:
+            return
+        try:
+            _, schema_end = _DECIMAL_JSON.raw_decode(text, head.end())
+        except ValueError:
+            return
+        middle = _PAIR_MIDDLE.match(text, schema_end)
+        if middle is None:
+            return
+        prefix = text[: middle.end()].encode("utf-8", "surrogatepass")
+        if not raw.startswith(prefix):
+            return
+        schema = _cached_schema(block, f"{self._what}.schema") if block is not None else None
+        if len(self._by_head) >= self._SIZE:
+            self._by_head.clear()
+        known = (prefix, schema)
+        self._by_head[prefix[: prefix.rindex(_PAYLOAD_TOKEN)]] = known
+        self._last = known
+
+
+_MISS = object()
+
+
+def _payload_after(raw: bytes, start: int) -> Any:
+    """The JSON value at ``raw[start:]`` when only ``}`` and whitespace follow it, else _MISS
+    (which sends the record down the full path)."""
+    try:
+        text = raw[start:].decode("utf-8", "surrogatepass")
+        payload, end = _DECIMAL_JSON.raw_decode(text)
+    except ValueError:  # UnicodeDecodeError and JSONDecodeError: the full path decides
+        return _MISS
+    tail = text[end:]
+    return payload if tail == "}" or tail.strip(_JSON_WHITESPACE) == "}" else _MISS
+
+
+_KEY_PREFIXES = _SchemaPrefixes("key")
+_VALUE_PREFIXES = _SchemaPrefixes("value")
 
 
 def parse_key(raw: Any, given_schema: ConnectSchema | None) -> KeyStruct:
@@ -114,12 +217,15 @@ def parse_key(raw: Any, given_schema: ConnectSchema | None) -> KeyStruct:
     """
     if raw is None:
         return KeyStruct(None, given_schema)
-    if isinstance(raw, (bytes, bytearray, memoryview, str)):
-        raw = decode_json(bytes(raw) if not isinstance(raw, str) else raw, "key")
-    payload, schema = _split_schema(raw, given_schema, "key")
+    if isinstance(raw, (bytes, bytearray, memoryview)):
+        payload, schema = _KEY_PREFIXES.split(bytes(raw), given_schema)
+    else:
+        if isinstance(raw, str):
+            raw = decode_json(raw, "key")
+        payload, schema = _split_schema(raw, given_schema, "key")
     if payload is None:
         return KeyStruct(None, schema)
-    if not isinstance(payload, Mapping):
+    if type(payload) is not dict and not isinstance(payload, Mapping):
         raise MalformedEnvelope(f"key must be a struct (JSON object), got {type(payload).__name__}")
     return KeyStruct(payload, schema)
 
@@ -127,6 +233,10 @@ def parse_key(raw: Any, given_schema: ConnectSchema | None) -> KeyStruct:
 def _row_schema_of_envelope(schema: ConnectSchema | None) -> ConnectSchema | None:
     if schema is None:
         return None
+    return _ENVELOPE_ROWS.get(schema, _envelope_row)
+
+
+def _envelope_row(schema: ConnectSchema) -> ConnectSchema | None:
     if schema.kind is not ConnectKind.STRUCT:
         raise MalformedEnvelope(f"value schema must be a struct, got {schema.kind.value}")
     for image in ("after", "before"):
@@ -137,7 +247,7 @@ def _row_schema_of_envelope(schema: ConnectSchema | None) -> ConnectSchema | Non
 
 
 def _mapping_or_none(value: Any, what: str) -> Mapping[str, Any] | None:
-    if value is None or isinstance(value, Mapping):
+    if value is None or type(value) is dict or isinstance(value, Mapping):
         return value
     if isinstance(value, str):
         raise UnsupportedEnvelope(
@@ -164,6 +274,19 @@ def _full(payload: Mapping[str, Any], schema: ConnectSchema | None) -> Envelope:
     )
 
 
+def _flattened_row(schema: ConnectSchema) -> ConnectSchema:
+    if schema.kind is not ConnectKind.STRUCT:
+        raise MalformedEnvelope(f"value schema must be a struct, got {schema.kind.value}")
+    columns = tuple(f for f in schema.fields if not f.name.startswith(METADATA_PREFIX))
+    return ConnectSchema(ConnectKind.STRUCT, name=schema.name, fields=columns)
+
+
+# Derived once per value schema object (see caching.IdentityCache): the same object for every
+# record of a table, which is what lets normalize reuse its per-table plan.
+_ENVELOPE_ROWS: IdentityCache[ConnectSchema, ConnectSchema | None] = IdentityCache()
+_FLATTENED_ROWS: IdentityCache[ConnectSchema, ConnectSchema] = IdentityCache()
+
+
 def _deleted_flag(value: Any) -> bool | None:
     if value is None or isinstance(value, bool):
         return value
@@ -179,12 +302,7 @@ def _flattened(payload: Mapping[str, Any], schema: ConnectSchema | None) -> Enve
     for name, value in meta.items():
         if name not in _ENVELOPE_METADATA:
             source[name.removeprefix("source_")] = value
-    row_schema = None
-    if schema is not None:
-        if schema.kind is not ConnectKind.STRUCT:
-            raise MalformedEnvelope(f"value schema must be a struct, got {schema.kind.value}")
-        columns = tuple(f for f in schema.fields if not f.name.startswith(METADATA_PREFIX))
-        row_schema = ConnectSchema(ConnectKind.STRUCT, name=schema.name, fields=columns)
+    row_schema = None if schema is None else _FLATTENED_ROWS.get(schema, _flattened_row)
     op = meta.get("op")
     tx_id = meta.get("transaction_id")
     return Envelope(
@@ -210,13 +328,16 @@ def parse_value(value: Any, given_schema: ConnectSchema | None) -> Envelope | No
     """
     if value is None:
         return None
-    if isinstance(value, (bytes, bytearray, memoryview, str)):
-        value = decode_json(bytes(value) if not isinstance(value, str) else value, "value")
-    payload, schema = _split_schema(value, given_schema, "value")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        payload, schema = _VALUE_PREFIXES.split(bytes(value), given_schema)
+    else:
+        if isinstance(value, str):
+            value = decode_json(value, "value")
+        payload, schema = _split_schema(value, given_schema, "value")
     if payload is None:
         return None
-    if not isinstance(payload, Mapping):
+    if type(payload) is not dict and not isinstance(payload, Mapping):
         raise MalformedEnvelope(f"value must be a JSON object, got {type(payload).__name__}")
-    if "op" in payload and ({"before", "after", "source"} & set(payload)):
+    if "op" in payload and ("before" in payload or "after" in payload or "source" in payload):
         return _full(payload, schema)
     return _flattened(payload, schema)

@@ -8,7 +8,7 @@ the same with the :class:`~services.cdc_normalizer.errors.NormalizeError` raised
 
 from __future__ import annotations
 
-import base64
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,10 +24,9 @@ from services.cdc_normalizer.errors import (
     MissingSchema,
     MissingTimestamp,
     NormalizeError,
-    UnavailableValue,
     UnknownOperation,
 )
-from services.cdc_normalizer.logical_types import avro_name, convert_value
+from services.cdc_normalizer.plan import table_plan
 from services.cdc_normalizer.position import PositionKind, detect_kind, source_position
 from services.cdc_normalizer.table_schema import (
     TableId,
@@ -65,6 +64,10 @@ class Operation(StrEnum):
     READ = "READ"
     TRUNCATE = "TRUNCATE"
 
+
+# Plain-str values of the enums, looked up per record (a StrEnum's .value is a slow property).
+_OP_SYMBOLS = {op: op.value for op in Operation}
+_KIND_NAMES = {kind: kind.value for kind in PositionKind}
 
 _OPS = {
     "c": Operation.CREATE,
@@ -156,7 +159,7 @@ class Change:
     def to_record(self) -> dict[str, Any]:
         """The Avro datum for :func:`~services.cdc_normalizer.table_schema.value_schema`."""
         return {
-            "op": self.op.value,
+            "op": _OP_SYMBOLS[self.op],
             "position": self.position,
             "source_ts_ms": self.source_ts_ms,
             "tx_id": self.tx_id,
@@ -201,12 +204,17 @@ class RejectedRecord:
 NormalizeResult = Normalized | Tombstone | RejectedRecord
 
 
+@functools.lru_cache(maxsize=4096)
 def table_from_topic(topic: str) -> TableId:
     """``<prefix>.<namespace>.<table>`` -> TableId(namespace, table); shorter topics degrade."""
     parts = topic.split(".")
     if len(parts) >= 2:
         return TableId(parts[-2], parts[-1])
     return TableId("default", topic)
+
+
+# TableIds are frozen: one shared instance per name saves building one per record.
+_table_id = functools.lru_cache(maxsize=4096)(TableId)
 
 
 def _table_of(source: Mapping[str, Any], topic: str) -> TableId:
@@ -222,8 +230,8 @@ def _table_of(source: Mapping[str, Any], topic: str) -> TableId:
     if not namespace and detect_kind(source) in (PositionKind.MYSQL, PositionKind.MONGODB):
         namespace = source.get("db")
     if isinstance(namespace, str) and namespace:
-        return TableId(namespace, name)
-    return TableId(from_topic.namespace, name)
+        return _table_id(namespace, name)
+    return _table_id(from_topic.namespace, name)
 
 
 def _operation(envelope: Envelope) -> Operation:
@@ -250,6 +258,8 @@ def _timestamp(envelope: Envelope, origin: Origin) -> int:
 
 
 def _source_text(value: Any) -> str:
+    if type(value) is str:
+        return value
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (str, int, float)):
@@ -258,14 +268,25 @@ def _source_text(value: Any) -> str:
 
 
 def _source_map(envelope: Envelope, origin: Origin, kind: str) -> dict[str, str]:
-    mapped = {k: _source_text(v) for k, v in envelope.source.items() if v is not None}
+    """Every non-null source field as text plus the origin coordinates, sorted by name."""
+    mapped = {
+        k: v if type(v) is str else _source_text(v)
+        for k, v in envelope.source.items()
+        if v is not None
+    }
     mapped["position_kind"] = kind
     mapped["origin_topic"] = origin.topic
     mapped["origin_partition"] = str(origin.partition)
     mapped["origin_offset"] = str(origin.offset)
     if origin.timestamp_ms is not None:
         mapped["origin_timestamp_ms"] = str(origin.timestamp_ms)
-    return dict(sorted(mapped.items()))
+    return {name: mapped[name] for name in _sorted_names(tuple(mapped))}
+
+
+@functools.lru_cache(maxsize=1024)
+def _sorted_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The names sorted; the source blocks of one connector repeat the same few name sets."""
+    return tuple(sorted(names))
 
 
 def _tx_id(envelope: Envelope) -> str | None:
@@ -276,25 +297,6 @@ def _tx_id(envelope: Envelope) -> str | None:
         if value is not None:
             return str(value)
     return None
-
-
-def _check_available(row: ConnectSchema, image: Mapping[str, Any], placeholder: str) -> None:
-    """Reject an image holding the unavailable-value placeholder (unchanged TOAST column)."""
-    encoded = placeholder.encode()
-    as_base64 = base64.b64encode(encoded).decode()
-    for column in row.fields:
-        value = image.get(column.name)
-        if value is None:
-            continue
-        kind = column.schema.kind
-        if (
-            (kind is ConnectKind.STRING and value == placeholder)
-            or (kind is ConnectKind.BYTES and value in (encoded, as_base64))
-            or (kind is ConnectKind.ARRAY and value == [placeholder])
-        ):
-            raise UnavailableValue(
-                f"column {column.name!r} holds {placeholder!r}: set REPLICA IDENTITY FULL"
-            )
 
 
 def _key_values(
@@ -353,7 +355,7 @@ def normalize_or_raise(
         envelope.source, ts_ms=ts_ms, partition=origin.partition, offset=origin.offset
     )
     tx_id = _tx_id(envelope)
-    source = _source_map(envelope, origin, position.kind.value)
+    source = _source_map(envelope, origin, _KIND_NAMES[position.kind])
 
     def change(key_values: Mapping[str, Any], after: Mapping[str, Any] | None) -> Change:
         return Change(table, op, position.text, ts_ms, tx_id, source, key_values, after)
@@ -377,21 +379,22 @@ def normalize_or_raise(
         raise MissingAfter(f"{op.value} event without an 'after' row image")
     if row_schema is None:
         raise MissingSchema(f"{table}: schemaless record and no declared row schema")
-    row_schema = row_schema.as_required()
 
     columns = _key_columns(overrides, key)
-    schema = TableSchema(table, row_schema, key_struct(row_schema, columns, key.schema))
-    value_schema_text(schema)  # every column must have an Avro form before values are typed
+    plan = table_plan(table, row_schema, columns, key.schema)
     raw_key = _key_values(columns, key, image)
     key_values = {
-        avro_name(f.name): convert_value(f.schema, raw_key[f.name], f"key.{f.name}")
-        for f in schema.key.fields
+        name_out: convert(raw_key[column], where)
+        for column, name_out, convert, where in plan.key_fields
     }
     after = None
     if op is not Operation.DELETE:
         assert image is not None
-        _check_available(row_schema, image, options.unavailable_value)
-        after = convert_value(row_schema, image, "after")
+        plan.check_available(image, options.unavailable_value)
+        after = plan.row(image, "after")
+    # A TableSchema per record, as callers may expect; it is built from the plan's shared row
+    # and key schemas, so its Avro text is a cached lookup.
+    schema = TableSchema(table, plan.schema.row, plan.schema.key)
     return Normalized(table, schema, (change(key_values, after),))
 
 

@@ -14,6 +14,7 @@ resumes.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import re
@@ -24,6 +25,7 @@ from typing import Any
 
 import fastavro
 
+from services.cdc_normalizer.avro_decoder import AvroDecoder
 from services.cdc_normalizer.connect_schema import ConnectSchema, connect_schema_from_avro
 from services.cdc_normalizer.errors import InvalidSchema, NormalizeError
 from services.cdc_normalizer.normalize import (
@@ -84,13 +86,17 @@ class AvroWriter:
     parsed: Any
     connect: ConnectSchema | None
     error: NormalizeError | None = None
+    decoder: AvroDecoder | None = None
+    """Reads bodies written with this schema (fastavro's result, compiled once)."""
 
 
 def avro_writer(schema: Any) -> AvroWriter:
     """Build an :class:`AvroWriter` from an Avro schema (JSON text or parsed JSON)."""
     try:
         raw = json.loads(schema) if isinstance(schema, str) else schema
-        return AvroWriter(fastavro.parse_schema(raw), connect_schema_from_avro(raw))
+        parsed = fastavro.parse_schema(raw)
+        connect = connect_schema_from_avro(raw)
+        return AvroWriter(parsed, connect, None, AvroDecoder(raw, parsed))
     except NormalizeError as exc:
         return AvroWriter(None, None, exc)
     except Exception as exc:  # fastavro / json raise many kinds on a malformed schema
@@ -147,6 +153,7 @@ Routing = Emit | DeadLetter | Skip
 _TOPIC_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
+@functools.lru_cache(maxsize=4096)
 def changes_topic(table: TableId) -> str:
     """``icefjord.changes.<namespace>.<table>``; characters Kafka forbids (and dots) become _."""
     namespace = _TOPIC_UNSAFE.sub("_", table.namespace)
@@ -195,7 +202,10 @@ def decode_side(data: bytes | None, lookup: SchemaLookup) -> tuple[Any, ConnectS
     if writer.error is not None:
         raise writer.error
     try:
-        datum = fastavro.schemaless_reader(io.BytesIO(body), writer.parsed, None)
+        if writer.decoder is not None:
+            datum = writer.decoder.decode(body)
+        else:
+            datum = fastavro.schemaless_reader(io.BytesIO(body), writer.parsed, None)
     except Exception as exc:  # fastavro raises many kinds on corrupt input
         raise WireFormatError(f"Avro body does not match schema {schema_id}: {exc}") from exc
     return datum, writer.connect

@@ -54,6 +54,7 @@ POSITION_DIGITS = 20
 _MAX_COMPONENT = 10**POSITION_DIGITS
 _FILE_INDEX = re.compile(r"(\d+)$")
 _PG_LSN_TEXT = re.compile(r"([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})")
+_JSON_WHITESPACE = " \t\n\r"
 
 
 class PositionKind(StrEnum):
@@ -84,10 +85,14 @@ def format_position(components: tuple[int, ...]) -> str:
 
     Raises :class:`InvalidPosition` for a negative component or one of 21+ digits.
     """
+    _check_range(components)
+    return ".".join([f"{component:020d}" for component in components])
+
+
+def _check_range(components: tuple[int, ...]) -> None:
     for component in components:
         if not 0 <= component < _MAX_COMPONENT:
             raise InvalidPosition(f"position component {component} is not in [0, 10^20)")
-    return ".".join(f"{component:0{POSITION_DIGITS}d}" for component in components)
 
 
 def parse_position(text: str) -> tuple[int, ...]:
@@ -136,8 +141,33 @@ def detect_kind(source: Mapping[str, Any]) -> PositionKind:
     return PositionKind.FALLBACK
 
 
+def _plain_sequence(text: str) -> tuple[int, int] | None:
+    """``'["24023120","24023128"]'`` (Debezium's form, JSON whitespace allowed around items)
+    as two integers without a JSON parse; None for any other text, which then takes the
+    general path (null items, LSN text, malformed input)."""
+    if text[:1] != "[" or text[-1:] != "]":
+        return None
+    items = text[1:-1].split(",")
+    if len(items) != 2:
+        return None
+    first, second = _quoted_digits(items[0]), _quoted_digits(items[1])
+    if first is None or second is None:
+        return None
+    return first, second
+
+
+def _quoted_digits(item: str) -> int | None:
+    digits = item.strip(_JSON_WHITESPACE)
+    if len(digits) < 3 or digits[0] != '"' or digits[-1] != '"':
+        return None
+    digits = digits[1:-1]
+    return int(digits) if digits.isascii() and digits.isdigit() else None
+
+
 def _postgres(source: Mapping[str, Any]) -> tuple[int, ...] | None:
     sequence = source.get("sequence")
+    if type(sequence) is str and (pair := _plain_sequence(sequence)) is not None:
+        return (pair[0], pair[1], _optional_number(source, "txId"))
     if isinstance(sequence, str) and sequence.strip():
         try:
             sequence = json.loads(sequence)
@@ -223,5 +253,5 @@ def source_position(
                 _number(offset, "offset"),
             ),
         )
-    format_position(components)  # validates the range once, here
+    _check_range(components)
     return SourcePosition(components, kind)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ __all__ = [
     "TableId",
     "TableSchema",
     "key_schema",
+    "key_schema_text",
     "schema_json",
     "value_schema",
     "value_schema_text",
@@ -113,14 +115,48 @@ def value_schema(schema: TableSchema) -> dict[str, Any]:
     return loaded
 
 
-@functools.lru_cache(maxsize=4096)
 def value_schema_text(schema: TableSchema) -> str:
     """:func:`schema_json` of :func:`value_schema`, cached per distinct table schema.
 
     This is what the service registers; a table whose source schema did not change costs one
-    dictionary lookup per record.
+    dictionary lookup per record (by the identity of its row and key schemas first: hashing a
+    whole TableSchema walks every column).
     """
+    return _VALUE_TEXTS.get(schema, _value_schema_text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _value_schema_text(schema: TableSchema) -> str:
     return schema_json(_build_value_schema(schema))
+
+
+def key_schema_text(schema: TableSchema) -> str:
+    """:func:`schema_json` of :func:`key_schema`, cached like :func:`value_schema_text`."""
+    return _KEY_TEXTS.get(schema, lambda table: schema_json(key_schema(table)))
+
+
+class _TextCache:
+    """Schema text per (table, row object, key object): equal TableSchemas built from the same
+    parts (one per record) share one entry. Bounded; failures are not cached."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self._size = size
+        self._texts: dict[tuple[TableId, int, int], tuple[ConnectSchema, ConnectSchema, str]] = {}
+
+    def get(self, schema: TableSchema, build: Callable[[TableSchema], str]) -> str:
+        key = (schema.table, id(schema.row), id(schema.key))
+        known = self._texts.get(key)
+        if known is not None and known[0] is schema.row and known[1] is schema.key:
+            return known[2]
+        text = build(schema)
+        if len(self._texts) >= self._size:
+            self._texts.clear()
+        self._texts[key] = (schema.row, schema.key, text)
+        return text
+
+
+_VALUE_TEXTS = _TextCache()
+_KEY_TEXTS = _TextCache()
 
 
 def _build_value_schema(schema: TableSchema) -> dict[str, Any]:
