@@ -138,7 +138,8 @@ def bench_write_command(
 
     settings = WriterSettings(topic_replication_factor=1, metrics={"port": 0})
     table = Table(title=f"iceberg-writer on the local stack, {seconds:.0f} s per rate")
-    for column in ("rate", "produced", "applied", "commits", "changes/s", "p50 s", "p99 s"):
+    columns = ("rate", "produced", "applied", "commits", "changes/s", "p50 s", "p99 s")
+    for column in (*columns, "2nd half p50 s", "2nd half p99 s"):
         table.add_column(column, justify="right")
     for rate in rates or [1000]:
         result = bench_write(
@@ -152,6 +153,8 @@ def bench_write_command(
             f"{result.changes_per_second:,.0f}",
             f"{result.freshness_p50_s:.1f}",
             f"{result.freshness_p99_s:.1f}",
+            f"{result.steady_p50_s:.1f}",
+            f"{result.steady_p99_s:.1f}",
         )
     console.print(table)
 
