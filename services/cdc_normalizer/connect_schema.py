@@ -155,7 +155,9 @@ def connect_schema_from_json(block: Any, where: str = "schema") -> ConnectSchema
     if not isinstance(block, Mapping):
         raise InvalidSchema(f"{where}: a schema must be an object, got {type(block).__name__}")
     try:
-        kind = ConnectKind(str(block.get("type")))
+        raw_type = str(block.get("type"))
+        # Kafka's JsonConverter writes FLOAT32/FLOAT64 as "float"/"double" in its envelope.
+        kind = _JSON_FLOAT_NAMES.get(raw_type) or ConnectKind(raw_type)
     except ValueError:
         raise InvalidSchema(f"{where}: unknown Connect type {block.get('type')!r}") from None
     name = block.get("name")
@@ -194,6 +196,8 @@ def connect_schema_from_json(block: Any, where: str = "schema") -> ConnectSchema
         )
     return schema
 
+
+_JSON_FLOAT_NAMES = {"float": ConnectKind.FLOAT32, "double": ConnectKind.FLOAT64}
 
 _AVRO_PRIMITIVES = {
     "boolean": ConnectKind.BOOLEAN,
