@@ -208,10 +208,10 @@ class Writer:
         state.table = table
         if table is None:
             return
-        state.keys = tuple(table.schema().identifier_field_names())
-        ordered = [f.name for f in table.schema().fields]
-        state.keys = tuple(n for n in ordered if n in state.keys) or state.keys
-        state.columns = tuple(ordered)
+        schema = table.schema()
+        identifiers = schema.identifier_field_names()
+        state.columns = tuple(f.name for f in schema.fields)
+        state.keys = tuple(name for name in state.columns if name in identifiers)
         current, ids = applied_schema_ids(table)
         state.current_id = current
         state.applied_ids = set(ids)
