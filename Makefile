@@ -28,9 +28,8 @@ down: ## Stop the local stack (data stays in .icefjord/)
 status: ## Show each local component and its health
 	$(BIN)/icefjord local status
 
-demo: install ## The main job on the local defaults: bring the stack up and prove every component
-	$(BIN)/icefjord local up
-	$(BIN)/icefjord local smoke
+demo: install ## The main job: PostgreSQL -> Debezium -> Icefjord -> Iceberg, live, then proven equal
+	$(BIN)/icefjord demo
 
 lint: install ## ruff and mypy --strict
 	$(BIN)/ruff check $(PY_SOURCES) tests
@@ -42,9 +41,12 @@ lint: install ## ruff and mypy --strict
 	$(BIN)/mypy --strict deploy/docker/lock.py
 	PATH="$(CURDIR)/$(BIN):$$PATH" deploy/validate/run.sh
 
-test: install ## Lint, then unit and integration tests against a real local stack started for the run
+test: install ## Lint, then unit, integration and e2e tests against a real local stack started for the run
 	$(MAKE) lint
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+test-e2e: install ## The demo under faults: kill -9 every service, restart Kafka, prove tables equal
+	$(BIN)/pytest -m e2e $(PYTEST_ARGS)
 
 test-unit: install ## Unit tests only (no external process)
 	$(BIN)/pytest -m unit $(PYTEST_ARGS)
@@ -52,4 +54,4 @@ test-unit: install ## Unit tests only (no external process)
 clean: down ## Stop the stack and delete its local state (.icefjord/)
 	rm -rf .icefjord
 
-.PHONY: help install up down status demo lint test test-unit clean
+.PHONY: help install up down status demo lint test test-e2e test-unit clean

@@ -6,6 +6,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from icefjord.demo.cli import demo_command
 from icefjord.local.components import Health
 from icefjord.local.settings import LocalSettings
 from icefjord.local.stack import LocalStack, StartError
@@ -30,6 +31,7 @@ app.add_typer(control_app, name="control")
 app.command("tables")(tables_command)
 app.add_typer(table_app, name="table")
 bench_app.command("maintain")(bench_maintain_command)
+app.command("demo")(demo_command)
 
 console = Console()
 errors = Console(stderr=True)

@@ -61,6 +61,72 @@ def ensure_artifacts(settings: LocalSettings, progress: Callable[[str], None]) -
     dist = dist_for(settings)
     if dist.complete():
         return dist
+    progress("resolving components with Maven (first run downloads about 250 MB)")
+    _run_maven(settings, progress, profiles=())
+    dist = dist_for(settings)
+    if not dist.complete():
+        raise ArtifactError(f"Maven finished but artifacts are missing under {settings.dist_dir}")
+    return dist
+
+
+@dataclass(frozen=True)
+class ConnectDist:
+    """The demo's CDC source: Kafka Connect's runtime jars and Debezium's Postgres plugin.
+
+    The worker's classpath is the broker's lib plus :attr:`connect_lib`; :attr:`plugin_path`
+    is Connect's ``plugin.path`` (one directory per plugin inside it).
+    """
+
+    kafka_lib: Path
+    connect_lib: Path
+    plugin_path: Path
+
+    @property
+    def debezium_postgres(self) -> Path:
+        return self.plugin_path / "debezium-connector-postgres"
+
+    def complete(self) -> bool:
+        return (
+            any(self.kafka_lib.glob("kafka-clients-*.jar"))
+            and any(self.connect_lib.glob("connect-runtime-*.jar"))
+            and any(self.debezium_postgres.glob("debezium-connector-postgres-*.jar"))
+        )
+
+
+def connect_dist_for(settings: LocalSettings) -> ConnectDist:
+    """The expected locations for the configured Kafka and Debezium versions."""
+    root = settings.dist_dir
+    return ConnectDist(
+        kafka_lib=root / f"kafka-{settings.kafka_version}" / "lib",
+        connect_lib=root / f"connect-{settings.kafka_version}" / "lib",
+        plugin_path=root / f"debezium-{settings.debezium_version}",
+    )
+
+
+def ensure_connect_artifacts(
+    settings: LocalSettings, progress: Callable[[str], None]
+) -> ConnectDist:
+    """Resolve Kafka Connect and the Debezium Postgres connector (Maven profile ``connect``)
+    on top of the stack's own artifacts; download only what the cache lacks.
+
+    Raises :class:`ArtifactError` when Maven is missing or fails.
+    """
+    connect = connect_dist_for(settings)
+    if connect.complete() and dist_for(settings).complete():
+        return connect
+    progress("resolving Kafka Connect and Debezium with Maven (first run: about 15 MB more)")
+    _run_maven(settings, progress, profiles=("connect",))
+    connect = connect_dist_for(settings)
+    if not connect.complete():
+        raise ArtifactError(
+            f"Maven finished but Connect/Debezium jars are missing under {settings.dist_dir}"
+        )
+    return connect
+
+
+def _run_maven(
+    settings: LocalSettings, progress: Callable[[str], None], profiles: tuple[str, ...]
+) -> None:
     mvn = shutil.which("mvn")
     if mvn is None:
         raise ArtifactError("Maven (mvn) is not on PATH; install Maven 3.8+ and Java 17")
@@ -74,9 +140,10 @@ def ensure_artifacts(settings: LocalSettings, progress: Callable[[str], None]) -
         f"-Dkafka.version={settings.kafka_version}",
         f"-Dapicurio.version={settings.apicurio_version}",
         f"-Diceberg.version={settings.iceberg_version}",
+        f"-Ddebezium.version={settings.debezium_version}",
+        *([f"-P{','.join(profiles)}"] if profiles else []),
         "process-resources",
     ]
-    progress("resolving components with Maven (first run downloads about 250 MB)")
     tail: list[str] = []
     with subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -90,7 +157,3 @@ def ensure_artifacts(settings: LocalSettings, progress: Callable[[str], None]) -
         code = proc.wait()
     if code != 0:
         raise ArtifactError("Maven failed:\n" + "\n".join(tail))
-    dist = dist_for(settings)
-    if not dist.complete():
-        raise ArtifactError(f"Maven finished but artifacts are missing under {settings.dist_dir}")
-    return dist

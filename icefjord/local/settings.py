@@ -34,6 +34,27 @@ class LocalSettings(BaseSettings):
     registry_heap: str = "512m"
     start_timeout_s: float = 120.0
     catalog_name: str = "icefjord"
+    # The demo's CDC source (icefjord.local.postgres / .connect); unused by `local up`.
+    postgres_port: int = Field(default=5433, description="5433: clear of a system 5432.")
+    postgres_dir: Path | None = Field(
+        default=None, description="The demo cluster's home; None is <state_dir>/postgres."
+    )
+    postgres_bin_dir: Path | None = Field(
+        default=None, description="initdb/pg_ctl location; None searches PostgreSQL installs."
+    )
+    postgres_os_user: str = Field(
+        default="postgres",
+        description="Unprivileged account PostgreSQL runs as when started by root.",
+    )
+    postgres_database: str = "icefjord"
+    postgres_user: str = "icefjord"
+    connect_port: int = 8083
+    connect_heap: str = "512m"
+    debezium_version: str = "3.2.3.Final"
+    normalizer_port: int = 9401
+    watcher_port: int = 9402
+    writer_port: int = 9403
+    maintainer_port: int = 9404
 
     @property
     def dist_dir(self) -> Path:
@@ -54,6 +75,14 @@ class LocalSettings(BaseSettings):
     @property
     def registry_url(self) -> str:
         return f"http://{self.host}:{self.registry_port}/apis/ccompat/v7"
+
+    @property
+    def postgres_home(self) -> Path:
+        return (self.postgres_dir or self.state / "postgres").expanduser().resolve()
+
+    @property
+    def connect_url(self) -> str:
+        return f"http://{self.host}:{self.connect_port}"
 
     @property
     def catalog_db(self) -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from icefjord.local.artifacts import Dist, dist_for, ensure_artifacts
 from icefjord.local.components import (
@@ -16,7 +17,23 @@ from icefjord.local.components import (
     SparkRuntime,
     port_open,
 )
+from icefjord.local.connect import KafkaConnect
+from icefjord.local.postgres import PostgresCluster
+from icefjord.local.services import service_processes
 from icefjord.local.settings import LocalSettings
+
+
+class OptionalComponent(Protocol):
+    """A component the demo starts on top of the stack (PostgreSQL, Connect, a service)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def stop(self) -> bool: ...
+
+    def check(self) -> Health: ...
+
+    def running(self) -> bool: ...
 
 
 class StartError(RuntimeError):
@@ -117,14 +134,28 @@ class LocalStack:
             time.sleep(0.5)
         return tuple(results[c.name] for c in components)
 
+    def extras(self) -> list[OptionalComponent]:
+        """The demo's components (``icefjord demo`` starts them), in start order."""
+        return [
+            PostgresCluster(self.settings),
+            KafkaConnect(self.settings, None),
+            *service_processes(self.settings),
+        ]
+
     def down(self) -> list[str]:
-        """Stop every process this state directory's stack started; return their names."""
+        """Stop every process this state directory's stack started (the demo's services,
+        Kafka Connect and PostgreSQL first, if running); return their names."""
         stopped = []
+        for extra in reversed(self.extras()):
+            if extra.running() and extra.stop():
+                stopped.append(extra.name)
         for component in reversed(self.components()):
             if component.stop():
                 stopped.append(component.name)
         return stopped
 
     def status(self) -> list[Health]:
-        """Each component's health, without starting anything."""
-        return [component.check() for component in self.components()]
+        """Each component's health, without starting anything; the demo's components only
+        while they run."""
+        base = [component.check() for component in self.components()]
+        return base + [extra.check() for extra in self.extras() if extra.running()]

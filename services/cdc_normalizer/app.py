@@ -131,7 +131,11 @@ class NormalizerService:
             if self._consumer is not None:  # recreated after a fatal producer error
                 self._rewind([])
         if self._consumer is None:
-            consumer = make_consumer(settings.kafka, settings.group_id)
+            consumer = make_consumer(
+                settings.kafka,
+                settings.group_id,
+                **{"topic.metadata.refresh.interval.ms": settings.metadata_refresh_ms},
+            )
             consumer.subscribe([settings.include_pattern])
             self._consumer = consumer
             log.info("subscribed", extra={"pattern": settings.include_pattern})

@@ -71,6 +71,12 @@ class NormalizerSettings(ServiceSettings):
         description="Replication factor of topics we create; None keeps the catalog's (3). "
         "Set 1 for a single-broker stack.",
     )
+    metadata_refresh_ms: int = Field(
+        default=5000,
+        ge=100,
+        description="How often topics matching include_pattern are discovered (librdkafka's "
+        "default is 5 minutes, so a table created mid-run would wait that long).",
+    )
     set_compatibility: str | None = Field(
         default="BACKWARD",
         description="Compatibility set once per new value subject; None leaves the registry's.",

@@ -1,0 +1,229 @@
+"""The demo's change source: PostgreSQL captured by Debezium, or the envelope generator.
+
+Both offer the same steps (:class:`DemoSource`): ``prepare`` creates the tables and loads the
+initial rows (captured as Debezium's snapshot), ``run`` plays the timed transactions,
+``supervise`` keeps the capture going (a Connect task that failed while Kafka restarted is
+restarted), ``tables`` reads back what the source holds for verification.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable, Set
+from dataclasses import dataclass
+from typing import Protocol
+
+from icefjord.demo.envelopes import EnvelopeEncoder
+from icefjord.demo.generator import GeneratorWorkload
+from icefjord.demo.plan import Planner, Transaction
+from icefjord.demo.verify import SourceTable, read_postgres, source_from_model
+from icefjord.demo.workload import PostgresWorkload, WorkloadProgress, WorkloadResult
+from icefjord.local.connect import ConnectError, KafkaConnect, PostgresSource
+from icefjord.local.connect import debezium_postgres_config as connector_config
+from icefjord.local.postgres import PostgresCluster
+from icefjord.local.settings import LocalSettings
+from shared.settings import KafkaSettings
+
+CONNECTOR_PREFIX = "icefjord-demo-"
+
+
+@dataclass(frozen=True)
+class SourceNames:
+    """How one demo run names things: the PostgreSQL schema (= Iceberg namespace), the
+    Debezium server name (topic prefix), and the publication, slot and connector."""
+
+    schema: str
+    topic_prefix: str = "demo"
+
+    @property
+    def publication(self) -> str:
+        return f"icefjord_{self.schema}"
+
+    @property
+    def slot(self) -> str:
+        return f"icefjord_{self.schema}"
+
+    @property
+    def connector(self) -> str:
+        return f"{CONNECTOR_PREFIX}{self.schema}"
+
+    def topic(self, table: str) -> str:
+        return f"{self.topic_prefix}.{self.schema}.{table}"
+
+    def iceberg(self, table: str) -> str:
+        """The Iceberg identifier the normalizer derives: ``<schema>.<table>``."""
+        return f"{self.schema}.{table}"
+
+
+def choose_schema(taken: Set[str], base: str = "shop") -> str:
+    """``base`` if unused, else ``base_2``, ``base_3``, ...: each run gets fresh tables,
+    topics and subjects, and earlier runs' data stay as they were."""
+    if not re.fullmatch(r"[a-z_][a-z0-9_]*", base):
+        raise ValueError(f"schema name {base!r}: use lower-case letters, digits and _")
+    if base not in taken:
+        return base
+    n = 2
+    while f"{base}_{n}" in taken:
+        n += 1
+    return f"{base}_{n}"
+
+
+def retire_earlier_runs(connect: KafkaConnect, cluster: PostgresCluster) -> list[str]:
+    """Delete the connectors of earlier demo runs and drop their replication slots, so an
+    idle slot does not hold back WAL forever. Their topics and tables stay. Returns the
+    connector names removed."""
+    import psycopg
+
+    removed = [c for c in connect.request("GET", "/connectors") if c.startswith(CONNECTOR_PREFIX)]
+    for name in removed:
+        connect.delete(name)
+    slots = [f"icefjord_{name.removeprefix(CONNECTOR_PREFIX)}" for name in removed]
+    deadline = time.monotonic() + 30
+    with psycopg.connect(cluster.conninfo(), autocommit=True) as conn:
+        while slots and time.monotonic() < deadline:
+            rows = conn.execute(
+                "SELECT slot_name, pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+                " WHERE slot_name = ANY(%s) AND NOT active",
+                (slots,),
+            ).fetchall()
+            slots = [s for s in slots if s not in {row[0] for row in rows}]
+            if slots:
+                time.sleep(1)  # a deleted connector's task lets go of its slot shortly
+    return removed
+
+
+class DemoSource(Protocol):
+    kind: str
+    names: SourceNames
+
+    @property
+    def progress(self) -> WorkloadProgress: ...
+
+    def prepare(self, planner: Planner) -> None: ...
+
+    def run(self, transactions: Iterable[Transaction]) -> WorkloadResult: ...
+
+    def supervise(self) -> str | None: ...
+
+    def tables(self) -> list[SourceTable]: ...
+
+    def close(self) -> None: ...
+
+
+class PostgresDemoSource:
+    """Tables in PostgreSQL, captured by the Debezium connector on Kafka Connect."""
+
+    kind = "postgres"
+
+    def __init__(
+        self,
+        settings: LocalSettings,
+        names: SourceNames,
+        cluster: PostgresCluster,
+        connect: KafkaConnect,
+    ) -> None:
+        self.settings = settings
+        self.names = names
+        self.cluster = cluster
+        self.connect = connect
+        self.workload = PostgresWorkload(cluster.conninfo(), names.schema)
+
+    @property
+    def progress(self) -> WorkloadProgress:
+        return self.workload.progress
+
+    def connector_config(self) -> dict[str, str]:
+        s = self.settings
+        return connector_config(
+            PostgresSource(
+                host=s.host,
+                port=s.postgres_port,
+                user=s.postgres_user,
+                database=s.postgres_database,
+                schema=self.names.schema,
+                topic_prefix=self.names.topic_prefix,
+                publication=self.names.publication,
+                slot=self.names.slot,
+            )
+        )
+
+    def prepare(self, planner: Planner) -> None:
+        """Create the schema, load the initial rows, then register the connector (its
+        snapshot captures them) and wait until it streams."""
+        self.workload.create_schema(planner.initial_tables, self.names.publication)
+        self.workload.run(planner.seed())
+        self.connect.register(self.names.connector, self.connector_config())
+        self.connect.wait_running(self.names.connector)
+
+    def run(self, transactions: Iterable[Transaction]) -> WorkloadResult:
+        return self.workload.run(transactions)
+
+    def supervise(self) -> str | None:
+        """Restart the connector's failed tasks; return what was done, if anything.
+
+        A task that failed because "replication slot ... is active" lost the slot to a
+        predecessor whose connection outlived it: with no task of ours running, whoever holds
+        the slot is stale, so its walsender is terminated before the restart."""
+        try:
+            status = self.connect.status(self.names.connector)
+        except (ConnectError, OSError) as exc:
+            return f"Connect not answering: {exc}"
+        states = [status["connector"]["state"], *(t["state"] for t in status.get("tasks", []))]
+        if "FAILED" not in states:
+            return None
+        released = self._release_slot()
+        self.connect.restart_failed(self.names.connector)
+        return "restarted failed Debezium task" + (
+            f" (terminated stale walsender {released})" if released else ""
+        )
+
+    def _release_slot(self) -> int | None:
+        import psycopg
+
+        with psycopg.connect(self.cluster.conninfo(), autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT active_pid, pg_terminate_backend(active_pid) FROM pg_replication_slots "
+                "WHERE slot_name = %s AND active",
+                (self.names.slot,),
+            ).fetchone()
+        return None if row is None else int(row[0])
+
+    def tables(self) -> list[SourceTable]:
+        return read_postgres(self.cluster.conninfo(), self.names.schema)
+
+    def close(self) -> None:
+        self.workload.close()
+
+
+class GeneratedDemoSource:
+    """No database: the plan is played into Kafka as Debezium events."""
+
+    kind = "generator"
+
+    def __init__(self, settings: LocalSettings, names: SourceNames) -> None:
+        self.names = names
+        encoder = EnvelopeEncoder(names.topic_prefix, settings.postgres_database, names.schema)
+        self.workload = GeneratorWorkload(
+            KafkaSettings(bootstrap_servers=settings.bootstrap_servers), encoder
+        )
+
+    @property
+    def progress(self) -> WorkloadProgress:
+        return self.workload.progress
+
+    def prepare(self, planner: Planner) -> None:
+        self.workload.create_schema(planner.initial_tables)
+        self.workload.snapshot(planner.seed())
+
+    def run(self, transactions: Iterable[Transaction]) -> WorkloadResult:
+        return self.workload.run(transactions)
+
+    def supervise(self) -> str | None:
+        return None
+
+    def tables(self) -> list[SourceTable]:
+        return source_from_model(self.workload.model, self.names.schema)
+
+    def close(self) -> None:
+        self.workload.close()

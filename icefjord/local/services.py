@@ -1,0 +1,210 @@
+"""The four Icefjord services as local processes, configured for the local stack.
+
+Each runs as ``python -m services.<package>`` (detached, pid and log under
+``<state_dir>/run``), reads its settings from environment variables with its own prefix
+(writer contract: ``ICEFJORD_<SERVICE>_KAFKA__BOOTSTRAP_SERVERS``, ``..._REGISTRY__URL``,
+``..._METRICS__PORT``; the catalog the pyiceberg way, ``PYICEBERG_CATALOG__<NAME>__*``), and
+serves ``/metrics``, ``/healthz`` and ``/readyz`` on its port.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import sys
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from icefjord.local.components import Health
+from icefjord.local.processes import ManagedProcess
+from icefjord.local.settings import LocalSettings
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """One service: its short name, module, env prefix and which LocalSettings port."""
+
+    name: str
+    module: str
+    env_prefix: str
+    port_setting: str
+    topic_replication: bool = True
+    uses_spark: bool = False
+
+
+NORMALIZER = ServiceSpec(
+    "normalizer", "services.cdc_normalizer", "ICEFJORD_NORMALIZER_", "normalizer_port"
+)
+WATCHER = ServiceSpec("watcher", "services.schema_watcher", "ICEFJORD_WATCHER_", "watcher_port")
+WRITER = ServiceSpec(
+    "writer", "services.iceberg_writer", "ICEFJORD_WRITER_", "writer_port", uses_spark=True
+)
+MAINTAINER = ServiceSpec(
+    "maintainer",
+    "services.maintainer",
+    "ICEFJORD_MAINTAINER_",
+    "maintainer_port",
+    uses_spark=True,
+)
+SERVICES = (NORMALIZER, WATCHER, WRITER, MAINTAINER)
+SERVICE_NAMES = tuple(s.name for s in SERVICES)
+
+
+def service_spec(name: str) -> ServiceSpec:
+    for spec in SERVICES:
+        if spec.name == name:
+            return spec
+    raise KeyError(f"no service {name!r}; known: {', '.join(SERVICE_NAMES)}")
+
+
+def installed(spec: ServiceSpec) -> bool:
+    """True when the service's package can be imported (the writer and maintainer may not
+    exist yet in a checkout)."""
+    return importlib.util.find_spec(spec.module) is not None
+
+
+def catalog_env(settings: LocalSettings) -> dict[str, str]:
+    """The local JDBC-on-SQLite catalog in pyiceberg's environment convention."""
+    prefix = f"PYICEBERG_CATALOG__{settings.catalog_name.upper()}__"
+    return {
+        f"{prefix}TYPE": "sql",
+        f"{prefix}URI": f"sqlite:///{settings.catalog_db}?timeout=30",
+        f"{prefix}WAREHOUSE": settings.warehouse.as_uri(),
+    }
+
+
+def service_env(
+    spec: ServiceSpec,
+    settings: LocalSettings,
+    *,
+    source_topic_prefix: str | None = None,
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment of one service on the local stack.
+
+    ``source_topic_prefix`` narrows the normalizer to ``<prefix>.<schema>.<table>`` topics
+    (the demo's Debezium server name). ``extra`` entries win (keys with or without the
+    service's prefix are taken as given).
+    """
+    p = spec.env_prefix
+    env = {
+        f"{p}KAFKA__BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        f"{p}REGISTRY__URL": settings.registry_url,
+        f"{p}METRICS__HOST": settings.host,
+        f"{p}METRICS__PORT": str(getattr(settings, spec.port_setting)),
+        f"{p}LOG_FORMAT": "json",
+        f"{p}CATALOG__NAME": settings.catalog_name,
+        f"{p}CATALOG__LOCAL_STATE_DIR": str(settings.state),
+        **catalog_env(settings),
+    }
+    if spec.uses_spark:
+        jars = settings.dist_dir / f"spark-jars-{settings.iceberg_version}" / "*.jar"
+        env[f"{p}SPARK__JARS"] = str(jars)
+        # Two cores are shared with Kafka, the registry and the other services.
+        env[f"{p}SPARK__MASTER"] = "local[2]"
+    if spec.topic_replication:
+        # One broker: topics a service creates get one replica.
+        env[f"{p}TOPIC_REPLICATION_FACTOR"] = "1"
+    if spec is NORMALIZER and source_topic_prefix is not None:
+        escaped = source_topic_prefix.replace(".", r"\.")
+        env[f"{p}INCLUDE_PATTERN"] = rf"^{escaped}\.[^.]+\.[^.]+$"
+    env.update(extra or {})
+    return env
+
+
+@dataclass
+class ServiceProcess:
+    """One service process of the local stack (a :class:`Component` for status tables)."""
+
+    spec: ServiceSpec
+    settings: LocalSettings
+    env: dict[str, str] = field(default_factory=dict)
+    python: str = sys.executable
+
+    def __post_init__(self) -> None:
+        self.process = ManagedProcess(f"service-{self.spec.name}", self.settings.state / "run")
+        # A supervisor and a fault injector may both start the service: one start at a time.
+        self._starting = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def port(self) -> int:
+        port: int = getattr(self.settings, self.spec.port_setting)
+        return port
+
+    def address(self) -> str:
+        return f"http://{self.settings.host}:{self.port}"
+
+    def start(self) -> None:
+        """Start the process unless it runs; raises RuntimeError if the module is missing."""
+        if not installed(self.spec):
+            raise RuntimeError(f"{self.spec.module} is not installed in this environment")
+        with self._starting:
+            if self.process.pid() is not None:
+                return
+            self.process.start([self.python, "-m", self.spec.module], env=self.env)
+
+    def stop(self) -> bool:
+        return self.process.stop()
+
+    def running(self) -> bool:
+        return self.process.pid() is not None
+
+    def kill(self) -> bool:
+        """``kill -9`` the service's process group (its JVM children too, as a container
+        crash would); True if it was running."""
+        pid = self.process.pid()
+        if pid is None:
+            return False
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            os.kill(pid, signal.SIGKILL)
+        return True
+
+    def check(self) -> Health:
+        """Healthy when ``/readyz`` answers 200."""
+        url = f"{self.address()}/readyz"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return Health(self.name, self.address(), response.status == 200, "ready")
+        except urllib.error.HTTPError as exc:
+            reason = exc.read().decode(errors="replace").strip()
+            return Health(self.name, self.address(), False, f"not ready: {reason}")
+        except OSError as exc:
+            running = self.process.pid() is not None
+            detail = "starting" if running else f"stopped ({getattr(exc, 'reason', exc)})"
+            return Health(self.name, self.address(), False, detail)
+
+    def log_tail(self) -> str:
+        return self.process.tail()
+
+
+def service_processes(
+    settings: LocalSettings,
+    names: Sequence[str] = SERVICE_NAMES,
+    *,
+    source_topic_prefix: str | None = None,
+    extra_env: Mapping[str, Mapping[str, str]] | None = None,
+) -> list[ServiceProcess]:
+    """The named services, configured for ``settings``' stack, in start order."""
+    out = []
+    for name in names:
+        spec = service_spec(name)
+        env = service_env(
+            spec,
+            settings,
+            source_topic_prefix=source_topic_prefix,
+            extra=(extra_env or {}).get(name),
+        )
+        out.append(ServiceProcess(spec, settings, env))
+    return out

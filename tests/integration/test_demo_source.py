@@ -1,0 +1,406 @@
+"""The demo's CDC source against the real stack: PostgreSQL -> Debezium on Kafka Connect ->
+Kafka, then the normalizer and schema-watcher services (as processes) on those events.
+
+Started once per module: a PostgreSQL cluster of our own (skipped where PostgreSQL is not
+installed), a Kafka Connect worker with the Debezium Postgres connector, and a short
+workload (inserts, updates, key changes, deletes, a table created, columns added, a column
+widened). The generator's events are held to what Debezium really emitted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from harness import Stack, free_port
+
+from icefjord.demo.canonical import canonical
+from icefjord.demo.envelopes import encode_row, envelope_schema, key_schema
+from icefjord.demo.plan import Planner, WorkloadSpec
+from icefjord.demo.progress import scrape_all, total
+from icefjord.demo.source import PostgresDemoSource, SourceNames
+from icefjord.demo.workload import WorkloadResult, paced
+from icefjord.local.artifacts import ensure_connect_artifacts
+from icefjord.local.connect import KafkaConnect
+from icefjord.local.postgres import PostgresCluster, PostgresNotInstalled, find_bin_dir
+from icefjord.local.services import ServiceProcess, service_processes
+from icefjord.local.settings import LocalSettings
+from services.cdc_normalizer.connect_schema import connect_schema_from_json
+from services.cdc_normalizer.errors import InvalidSchema
+from shared.avro import AvroCodec
+from shared.events import ControlEvent, SchemaChange
+from shared.registry import make_registry_client
+
+TABLES = ("customers", "orders", "payments", "shipments")
+
+
+def _normalizer_float_bug() -> bool:
+    """Kafka's JsonConverter spells FLOAT32/FLOAT64 "float"/"double"; True while the
+    normalizer refuses those names (payments has real and double precision columns)."""
+    try:
+        connect_schema_from_json({"type": "float", "optional": True}, "probe")
+    except InvalidSchema:
+        return True
+    return False
+
+
+@dataclass
+class Capture:
+    settings: LocalSettings
+    names: SourceNames
+    planner: Planner
+    result: WorkloadResult
+    connect_start_s: float
+    events: dict[str, list[Any]]
+
+
+def read_topic(
+    stack: Stack, topic: str, isolation: str = "read_uncommitted", settle_s: float = 5.0
+) -> list[Any]:
+    """Every record of ``topic`` (all partitions), read until nothing new for ``settle_s``."""
+    consumer = Consumer(
+        stack.kafka.client_config()
+        | {
+            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+        }
+    )
+    metadata = consumer.list_topics(topic, timeout=10)
+    if topic not in metadata.topics or metadata.topics[topic].error is not None:
+        consumer.close()
+        return []
+    partitions = sorted(metadata.topics[topic].partitions)
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+    out: list[Any] = []
+    quiet_since = time.monotonic()
+    while time.monotonic() - quiet_since < settle_s:
+        message = consumer.poll(0.5)
+        if message is None or message.error() is not None:
+            continue
+        out.append(message)
+        quiet_since = time.monotonic()
+    consumer.close()
+    return out
+
+
+@pytest.fixture(scope="module")
+def demo_settings(stack: Stack) -> Iterator[LocalSettings]:
+    if stack.local is None:
+        pytest.skip("needs the session's own local stack (Connect joins its broker)")
+    try:
+        find_bin_dir(None)
+    except PostgresNotInstalled as exc:
+        pytest.skip(str(exc))
+    # Under /tmp, open to others: started by root, PostgreSQL runs as `postgres` and must
+    # reach its directory (pytest's own tmp dirs are 0700).
+    home = Path(tempfile.mkdtemp(prefix="icefjord-pg-"))
+    home.chmod(0o755)
+    yield stack.local.settings.model_copy(
+        update={
+            "postgres_port": free_port(),
+            "postgres_dir": home / "pg",
+            "connect_port": free_port(),
+            "normalizer_port": free_port(),
+            "watcher_port": free_port(),
+        }
+    )
+    shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def capture(stack: Stack, demo_settings: LocalSettings) -> Iterator[Capture]:
+    s = demo_settings
+    cluster = PostgresCluster(s)
+    cluster.start()
+    tag = uuid.uuid4().hex[:8]
+    connect = KafkaConnect(
+        s, ensure_connect_artifacts(s, lambda m: None), group_id=f"icefjord-connect-{tag}"
+    )
+    began = time.monotonic()
+    connect.start()
+    try:
+        connect.wait_healthy(240)
+        connect_start_s = time.monotonic() - began
+        names = SourceNames(f"shop_{tag}", f"it{tag}")
+        source = PostgresDemoSource(s, names, cluster, connect)
+        planner = Planner(WorkloadSpec(rate=80, duration_s=8, initial_rows=15, seed=5))
+        source.prepare(planner)
+        result = source.run(paced(planner.changes(), threading.Event()))
+        events = {t: read_topic(stack, names.topic(t)) for t in TABLES}
+        print(
+            f"\nConnect healthy in {connect_start_s:.1f} s; {result.row_changes} changes "
+            f"at {result.changes_per_second:.0f}/s"
+        )
+        yield Capture(s, names, planner, result, connect_start_s, events)
+        connect.delete(names.connector)
+        source.close()
+    finally:
+        connect.stop()
+        cluster.stop()
+
+
+def _value(message: Any) -> Any:
+    return None if message.value() is None else json.loads(message.value())
+
+
+def test_debezium_events_have_the_envelope_shape_and_the_generators_values(
+    capture: Capture,
+) -> None:
+    names, model = capture.names, capture.planner.model
+    for table in TABLES:
+        events = capture.events[table]
+        assert events, f"no Debezium events for {table}"
+        values = [_value(m) for m in events]
+        ops = Counter(v["payload"]["op"] if v else "tombstone" for v in values)
+        expected_ops = {"c", "u", "d"} | ({"r"} if table != "shipments" else set())
+        assert expected_ops <= set(ops), (table, ops)
+        assert ops["tombstone"] == ops["d"]
+        previous: dict[str, Any] = {}
+        for message, value in zip(events, values, strict=True):
+            key = json.loads(message.key())
+            assert set(key) == {"schema", "payload"}
+            if value is None:
+                continue
+            key_text = json.dumps(key["payload"], sort_keys=True)
+            assert set(value) == {"schema", "payload"}
+            payload = value["payload"]
+            assert set(payload) == {
+                "before",
+                "after",
+                "source",
+                "transaction",
+                "op",
+                "ts_ms",
+                "ts_us",
+                "ts_ns",
+            }
+            source = payload["source"]
+            assert (source["connector"], source["schema"], source["table"]) == (
+                "postgresql",
+                names.schema,
+                table,
+            )
+            # REPLICA IDENTITY FULL: updates and deletes carry the whole old row. (Columns
+            # added since have no value in the old image's schema: compare the common ones.)
+            if payload["op"] in ("u", "d"):
+                before, last = payload["before"], previous[key_text]
+                assert {c: before[c] for c in last if c in before} == {
+                    c: last[c] for c in last if c in before
+                }
+            previous[key_text] = payload["after"]
+        definition = model.tables[table]
+        last = values[-1] if values[-1] is not None else values[-2]
+        assert last["schema"] == envelope_schema(names.topic_prefix, names.schema, definition)
+        assert json.loads(events[-1].key())["schema"] == key_schema(
+            names.topic_prefix, names.schema, definition
+        )
+        # The stream's final state is the model's rows in the generator's encoding.
+        final: dict[str, Any] = {}
+        for message, value in zip(events, values, strict=True):
+            if value is not None:
+                key = json.dumps(json.loads(message.key())["payload"], sort_keys=True)
+                final[key] = value["payload"]["after"]
+        live = {k: v for k, v in final.items() if v is not None}
+        expected = {}
+        for row in model.rows[table].values():
+            encoded = encode_row(definition, row)
+            expected[json.dumps({k: encoded[k] for k in definition.key}, sort_keys=True)] = encoded
+        assert live.keys() == expected.keys(), table
+        for key, after in live.items():
+            assert {c: after.get(c) for c in expected[key]} == expected[key], (table, key)
+
+
+def test_key_changes_and_schema_changes_reach_kafka(capture: Capture) -> None:
+    customers = [_value(m) for m in capture.events["customers"]]
+    headers = [dict(m.headers() or []) for m in capture.events["customers"]]
+    assert any("__debezium.newkey" in h for h in headers)
+    assert any("__debezium.oldkey" in h for h in headers)
+    fields = [[f["field"] for f in v["schema"]["fields"][1]["fields"]] for v in customers if v]
+    assert "loyalty_points" not in fields[0] and "loyalty_points" in fields[-1]
+    orders = [_value(m) for m in capture.events["orders"] if m.value() is not None]
+    quantity_types = [
+        next(f["type"] for f in v["schema"]["fields"][1]["fields"] if f["field"] == "quantity")
+        for v in orders
+    ]
+    assert quantity_types[0] == "int32" and quantity_types[-1] == "int64"
+    assert capture.connect_start_s < 240
+
+
+def _wait_normalized(service: ServiceProcess, expected: int, timeout_s: float = 180) -> float:
+    deadline = time.monotonic() + timeout_s
+    seen = 0.0
+    while time.monotonic() < deadline:
+        samples = scrape_all({"n": service.address()}, 0).get("n")
+        seen = total(samples, "icefjord_normalizer_records_in_total") or 0.0
+        lag = total(samples, "icefjord_normalizer_consumer_lag")
+        if seen >= expected and lag == 0:
+            return seen
+        time.sleep(1)
+    return seen
+
+
+def _unwrap(value: Any) -> Any:
+    return value[1] if isinstance(value, tuple) else value
+
+
+def test_normalizer_and_watcher_services_turn_the_events_into_changes(
+    stack: Stack, capture: Capture
+) -> None:
+    names, model = capture.names, capture.planner.model
+    tag = uuid.uuid4().hex[:8]
+    dead_letter_topic, control_topic = f"deadletter_{tag}", f"control_{tag}"
+    schema_re = re.escape(names.schema)
+    services = service_processes(
+        capture.settings,
+        ["normalizer", "watcher"],
+        source_topic_prefix=names.topic_prefix,
+        extra_env={
+            "normalizer": {
+                "ICEFJORD_NORMALIZER_DEAD_LETTER_TOPIC": dead_letter_topic,
+                "ICEFJORD_NORMALIZER_GROUP_ID": f"normalizer-{tag}",
+                "ICEFJORD_NORMALIZER_TRANSACTIONAL_ID": f"normalizer-{tag}",
+            },
+            "watcher": {
+                "ICEFJORD_WATCHER_CONTROL_TOPIC": control_topic,
+                "ICEFJORD_WATCHER_SUBJECT_PATTERN": rf"^icefjord\.changes\.{schema_re}\..+-value$",
+                "ICEFJORD_WATCHER_POLL_INTERVAL_S": "1",
+            },
+        },
+    )
+    normalizer, watcher = services
+    for service in services:
+        service.start()
+    try:
+        source_records = sum(len(capture.events[t]) for t in TABLES)
+        seen = _wait_normalized(normalizer, source_records)
+        assert seen == source_records, normalizer.log_tail()
+        time.sleep(3)  # the watcher polls every second
+        watcher_samples = scrape_all({"w": watcher.address()}, 0).get("w")
+        assert watcher.check().healthy, watcher.log_tail()
+    finally:
+        for service in services:
+            service.stop()
+
+    codec = AvroCodec(make_registry_client(stack.registry))
+    for table in TABLES:
+        definition = model.tables[table]
+        upstream = [m for m in capture.events[table] if m.value() is not None]
+        messages = read_topic(stack, f"icefjord.changes.{names.schema}.{table}", "read_committed")
+        if table == "payments" and not messages and _normalizer_float_bug():
+            continue  # checked last, below
+        changes = [codec.deserialize(m.value())[1] for m in messages]
+        assert len(changes) == len(upstream), table  # one change per Debezium event
+        state: dict[Any, Any] = {}
+        for change in sorted(changes, key=lambda c: c["position"]):
+            key = tuple(change["key"][k] for k in definition.key)
+            after = _unwrap(change["after"])
+            if change["op"] == "DELETE":
+                state.pop(key, None)
+            else:
+                state[key] = after
+        expected = {
+            tuple(canonical(definition.column(k).kind, row[k]) for k in definition.key): row
+            for row in model.rows[table].values()
+        }
+        got = {
+            tuple(
+                canonical(definition.column(k).kind, v)
+                for k, v in zip(definition.key, key, strict=True)
+            ): row
+            for key, row in state.items()
+        }
+        assert got.keys() == expected.keys(), table
+        for key, row in expected.items():
+            for column in definition.columns:
+                assert canonical(column.kind, got[key].get(column.name)) == canonical(
+                    column.kind, row[column.name]
+                ), (table, key, column.name)
+
+    plans = total(
+        watcher_samples,
+        "icefjord_watcher_plans_total",
+        lambda labels: labels.get("verdict") == "APPLY",
+    )
+    assert plans is not None and plans >= 2
+    events = [codec.deserialize(m.value())[1] for m in read_topic(stack, control_topic)]
+    changes_seen = [ControlEvent.from_record(e) for e in events]
+    operations = {
+        (event.table.split(".")[-1], op.kind.value, tuple(op.path))
+        for event in changes_seen
+        if isinstance(event.payload, SchemaChange)
+        for op in event.payload.operations
+    }
+    assert ("customers", "ADD_COLUMN", ("loyalty_points",)) in operations
+    assert ("customers", "ADD_COLUMN", ("nickname",)) in operations
+    assert ("orders", "WIDEN_TYPE", ("quantity",)) in operations
+
+    dead = read_topic(stack, dead_letter_topic, "read_committed")
+    by_topic: dict[str, list[str]] = defaultdict(list)
+    for message in dead:
+        headers = dict(message.headers() or [])
+        topic = headers.get("icefjord.source.topic", b"?").decode()
+        by_topic[topic].append(headers.get("icefjord.error.message", b"").decode()[:200])
+    others = {t: v for t, v in by_topic.items() if t != names.topic("payments")}
+    assert others == {}, "valid data produced dead letters"
+    if by_topic and _normalizer_float_bug():
+        pytest.xfail("cdc-normalizer rejects JsonConverter's 'float'/'double' type names")
+    assert by_topic == {}, "valid data produced dead letters"
+
+
+def _comparable(message: Any, server: str) -> tuple[Any, ...]:
+    """An event without what differs by nature (LSNs, times, the server name)."""
+    key = json.loads(message.key())
+    value = _value(message)
+    headers = sorted(
+        (k, v)
+        for k, v in (message.headers() or [])
+        if k.startswith("__debezium.") and k != "__debezium.context.connectorLogicalName"
+    )
+    if value is None:
+        return ("tombstone", json.dumps(key["payload"], sort_keys=True), headers)
+    payload = value["payload"]
+    schema = json.loads(json.dumps(value["schema"]).replace(f'"{server}.', '"SERVER.'))
+    source = {k: type(v).__name__ for k, v in payload["source"].items()}
+    return (
+        payload["op"],
+        json.dumps(key["payload"], sort_keys=True),
+        json.dumps(payload["before"], sort_keys=True),
+        json.dumps(payload["after"], sort_keys=True),
+        schema,
+        source,
+        headers,
+    )
+
+
+def test_the_generator_emits_what_debezium_emitted(stack: Stack, capture: Capture) -> None:
+    """The same plan (same seed) played by the generator gives, table by table, the same
+    events as Debezium: ops, keys, before and after images, schemas, headers."""
+    from icefjord.demo.source import GeneratedDemoSource
+
+    names = SourceNames(capture.names.schema, f"gen{uuid.uuid4().hex[:8]}")
+    generated = GeneratedDemoSource(capture.settings, names)
+    planner = Planner(capture.planner.spec)
+    generated.prepare(planner)
+    generated.run(planner.changes())  # unpaced: as fast as Kafka takes it
+    generated.close()
+    for table in TABLES:
+        ours = [_comparable(m, names.topic_prefix) for m in read_topic(stack, names.topic(table))]
+        theirs = [_comparable(m, capture.names.topic_prefix) for m in capture.events[table]]
+        # The snapshot's row order is the database's; compare it as a set.
+        assert sorted(map(repr, (e for e in ours if e[0] == "r"))) == sorted(
+            map(repr, (e for e in theirs if e[0] == "r"))
+        ), table
+        assert [e for e in ours if e[0] != "r"] == [e for e in theirs if e[0] != "r"], table

@@ -1,0 +1,142 @@
+"""The local CDC source's configuration: PostgreSQL, Connect, the services' environments."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from icefjord.demo.source import SourceNames, choose_schema
+from icefjord.local.artifacts import connect_dist_for
+from icefjord.local.connect import KafkaConnect, PostgresSource, debezium_postgres_config
+from icefjord.local.postgres import PostgresNotInstalled, find_bin_dir, server_config
+from icefjord.local.services import SERVICES, service_env, service_processes, service_spec
+from icefjord.local.settings import LocalSettings
+from services.cdc_normalizer.config import NormalizerSettings
+from services.iceberg_writer.config import WriterSettings
+
+pytestmark = pytest.mark.unit
+
+
+def settings(tmp_path: Path) -> LocalSettings:
+    return LocalSettings(
+        state_dir=tmp_path / "state",
+        cache_dir=tmp_path / "cache",
+        kafka_port=19092,
+        registry_port=18081,
+        writer_port=19403,
+    )
+
+
+def fake_bin(directory: Path, names: tuple[str, ...]) -> Path:
+    directory.mkdir(parents=True)
+    for name in names:
+        (directory / name).write_text("#!/bin/sh\n")
+        (directory / name).chmod(stat.S_IRWXU)
+    return directory
+
+
+def test_find_bin_dir_uses_the_configured_directory(tmp_path: Path) -> None:
+    complete = fake_bin(
+        tmp_path / "pg" / "bin", ("initdb", "pg_ctl", "postgres", "pg_isready", "psql")
+    )
+    assert find_bin_dir(complete) == complete
+    partial = fake_bin(tmp_path / "partial", ("initdb",))
+    with pytest.raises(PostgresNotInstalled, match="apt-get install postgresql-15"):
+        find_bin_dir(partial)
+
+
+def test_server_config_enables_logical_decoding_on_our_port(tmp_path: Path) -> None:
+    s = settings(tmp_path).model_copy(update={"postgres_port": 6543})
+    text = server_config(s, tmp_path / "run")
+    lines = dict(line.split(" = ", 1) for line in text.splitlines() if line)
+    assert lines["wal_level"] == "logical"
+    assert lines["port"] == "6543"
+    assert lines["listen_addresses"] == "'127.0.0.1'"
+    assert lines["unix_socket_directories"] == f"'{tmp_path / 'run'}'"
+    assert int(lines["max_replication_slots"]) >= 4 and int(lines["max_wal_senders"]) >= 4
+    assert lines["track_commit_timestamp"] == "on"
+
+
+def test_postgres_home_defaults_into_the_state_dir(tmp_path: Path) -> None:
+    s = settings(tmp_path)
+    assert s.postgres_home == (tmp_path / "state" / "postgres").resolve()
+    assert s.postgres_port == 5433
+
+
+def test_connector_config_has_the_demo_settings() -> None:
+    config = debezium_postgres_config(
+        PostgresSource("127.0.0.1", 5433, "icefjord", "icefjord", "shop", "demo", "pub", "slot")
+    )
+    assert config["plugin.name"] == "pgoutput"
+    assert config["decimal.handling.mode"] == "precise"
+    assert config["time.precision.mode"] == "adaptive_time_microseconds"
+    assert config["key.converter.schemas.enable"] == config["value.converter.schemas.enable"]
+    assert config["value.converter.schemas.enable"] == "true"
+    assert config["heartbeat.interval.ms"] == "0"
+    assert (config["topic.prefix"], config["schema.include.list"]) == ("demo", "shop")
+    assert (config["publication.name"], config["slot.name"]) == ("pub", "slot")
+
+
+def test_connect_worker_uses_both_libs_and_the_plugin_path(tmp_path: Path) -> None:
+    s = settings(tmp_path)
+    dist = connect_dist_for(s)
+    worker = KafkaConnect(s, dist).worker_properties()
+    assert worker["bootstrap.servers"] == "127.0.0.1:19092"
+    assert worker["plugin.path"] == str(dist.plugin_path)
+    assert worker["listeners"] == "http://127.0.0.1:8083"
+    assert worker["config.storage.replication.factor"] == "1"
+    # Tasks survive a broker restart: revocation waits for the heartbeat interval.
+    assert int(worker["heartbeat.interval.ms"]) >= 45_000
+    assert int(worker["heartbeat.interval.ms"]) < int(worker["session.timeout.ms"])
+    assert dist.connect_lib.parts[-2] == "connect-3.9.1"
+    assert not dist.complete()
+
+
+def test_service_env_points_every_service_at_the_stack(tmp_path: Path) -> None:
+    s = settings(tmp_path)
+    for spec in SERVICES:
+        env = service_env(spec, s)
+        p = spec.env_prefix
+        assert env[f"{p}KAFKA__BOOTSTRAP_SERVERS"] == "127.0.0.1:19092"
+        assert env[f"{p}REGISTRY__URL"] == "http://127.0.0.1:18081/apis/ccompat/v7"
+        assert env["PYICEBERG_CATALOG__ICEFJORD__TYPE"] == "sql"
+        assert env["PYICEBERG_CATALOG__ICEFJORD__URI"].startswith("sqlite:////")
+        assert env["PYICEBERG_CATALOG__ICEFJORD__WAREHOUSE"].startswith("file:///")
+    writer = service_env(service_spec("writer"), s)
+    assert writer["ICEFJORD_WRITER_METRICS__PORT"] == "19403"
+    # A table created mid-run: both pattern subscribers must find its topic within seconds
+    # (librdkafka's own default is 5 minutes).
+    assert NormalizerSettings().metadata_refresh_ms <= 10_000
+    assert WriterSettings().metadata_refresh_ms <= 10_000
+    assert writer["ICEFJORD_WRITER_SPARK__JARS"].endswith("spark-jars-1.10.1/*.jar")
+
+
+def test_normalizer_reads_only_the_demo_topics(tmp_path: Path) -> None:
+    import re
+
+    env = service_env(service_spec("normalizer"), settings(tmp_path), source_topic_prefix="demo")
+    pattern = re.compile(env["ICEFJORD_NORMALIZER_INCLUDE_PATTERN"])
+    assert pattern.search("demo.shop.customers")
+    assert not pattern.search("other.shop.customers")
+    assert not pattern.search("demoX.shop.customers")
+    extra = service_processes(
+        settings(tmp_path),
+        ["normalizer"],
+        extra_env={"normalizer": {"ICEFJORD_NORMALIZER_GROUP_ID": "g"}},
+    )
+    assert extra[0].env["ICEFJORD_NORMALIZER_GROUP_ID"] == "g"
+    with pytest.raises(KeyError):
+        service_spec("nope")
+
+
+def test_schema_names_for_repeated_runs() -> None:
+    assert choose_schema(set()) == "shop"
+    assert choose_schema({"shop", "shop_2"}) == "shop_3"
+    names = SourceNames("shop_2", "demo")
+    assert names.topic("orders") == "demo.shop_2.orders"
+    assert names.iceberg("orders") == "shop_2.orders"
+    assert names.slot == names.publication == "icefjord_shop_2"
+    with pytest.raises(ValueError):
+        choose_schema(set(), "Bad-Name")
