@@ -111,6 +111,12 @@ class WriterSettings(ServiceSettings):
         "for its SchemaChange before they are quarantined.",
     )
     commit_retries: int = Field(default=5, ge=0, description="Retries of a conflicting commit.")
+    commit_parallelism: int = Field(
+        default=2,
+        ge=1,
+        description="Tables committed at the same time. Much of a MERGE is driver-side "
+        "planning and catalog round trips, so two tables' commits overlap well even on 2 cores.",
+    )
     tables: dict[str, TableSettings] = Field(default_factory=dict)
     metadata_columns: MetadataColumnSettings = Field(default_factory=MetadataColumnSettings)
     staging_dir: str | None = Field(default=None, description="Where batches are staged.")

@@ -14,10 +14,12 @@ import io
 import json
 import logging
 import os
+import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,6 +142,12 @@ class Writer:
         self._paused_all = False
         self._last_lag = 0.0
         self.commits = 0
+        self._commits_lock = threading.Lock()
+        self._committers = (
+            ThreadPoolExecutor(settings.commit_parallelism, thread_name_prefix="commit")
+            if settings.commit_parallelism > 1
+            else None
+        )
         self.freshness_samples: deque[float] = deque(maxlen=200_000)  # seconds, for benchmarks
 
     # -- start ----------------------------------------------------------------------------
@@ -344,12 +352,14 @@ class Writer:
         for message in messages:
             self._on_message(message, now)
         self._expire_waits(now)
+        due: list[TableState] = []
         for state in list(self.tables.values()):
             if self._is_paused(state) and not state.flush:
                 continue
             if state.clock.should_close(now, len(state.pending), state.flush):
-                self.commit(state)
+                due.append(state)
             state.flush = False
+        self.commit_all(due)
         if now - self._last_lag > 5:
             self._update_lag()
             self._last_lag = now
@@ -562,6 +572,22 @@ class Writer:
 
     # -- commits --------------------------------------------------------------------------
 
+    def commit_all(self, states: list[TableState]) -> None:
+        """Commit several tables, ``commit_parallelism`` at a time. Each table's commit is
+        independent (its own snapshot, offsets and CommitDone); every commit is waited for
+        before the first error is raised, so a rewind never races a commit in flight."""
+        states = [s for s in states if s.pending]
+        if self._committers is None or len(states) < 2:
+            for state in states:
+                self.commit(state)
+            return
+        futures = [self._committers.submit(self.commit, state) for state in states]
+        errors = [f.exception() for f in futures]
+        fatal = [e for e in errors if e is not None and not isinstance(e, RetryableError)]
+        first = fatal[0] if fatal else next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise first
+
     def _claim(self, state: TableState) -> None:
         if not state.claimed:
             self._store.claim(state.name, self.epoch)
@@ -644,7 +670,9 @@ class Writer:
             state.truncated_at = plan.truncate_position
         state.pending = []
         state.clock.committed(seconds)
-        self.commits += 1
+        with self._commits_lock:
+            self.commits += 1
+            crash = self.commits == self.settings.crash_after_commits
         checkpoint = checkpoint_of(committed_table)
         log.info(
             "committed",
@@ -655,7 +683,7 @@ class Writer:
                 "seconds": round(seconds, 3),
             },
         )
-        if self.commits == self.settings.crash_after_commits:
+        if crash:
             log.warning("fault injection: exiting between commit and CommitDone")
             os._exit(137)
         if checkpoint is not None and checkpoint.commit_id == commit_id:
@@ -738,9 +766,7 @@ class Writer:
 
     def flush_all(self) -> None:
         """Commit every table's pending changes (used on a clean stop)."""
-        for state in self.tables.values():
-            if state.pending and not self._is_paused(state):
-                self.commit(state)
+        self.commit_all([s for s in self.tables.values() if not self._is_paused(s)])
 
     def _update_lag(self) -> None:
         assignment = self._data.assignment()
