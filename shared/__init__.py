@@ -7,5 +7,5 @@ import warnings
 # every start that authlib renamed it: nothing for users to act on. authlib turns its own
 # warnings on when imported, so the filter goes in after that import.
 with contextlib.suppress(ImportError):  # authlib comes with confluent-kafka[schemaregistry]
-    import authlib.deprecate  # noqa: F401
+    import authlib.deprecate  # type: ignore[import-untyped]  # noqa: F401
 warnings.filterwarnings("ignore", message="The httpx module is deprecated", category=Warning)

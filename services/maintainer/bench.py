@@ -1,8 +1,8 @@
 """``icefjord bench maintain``: a stream of small commits under the maintainer's policies.
 
 A writer thread plays iceberg-writer: every ``commit_interval_s`` it MERGEs a batch of
-upserts and deletes (merge-on-read, format v2) into a partitioned table and hands the
-maintainer a ``CommitDone``. The maintainer is the real service loop
+upserts and deletes (merge-on-read, format v3 like the writer's tables) into a partitioned
+table and hands the maintainer a ``CommitDone``. The maintainer is the real service loop
 (:class:`~services.maintainer.service.MaintainerService`: health model, policies, planner,
 executor on the same SparkSession), fed from memory instead of Kafka. A sampler inspects
 the table every ``sample_interval_s``. The report gives files per partition over time,
@@ -68,6 +68,8 @@ class BenchConfig:
     delete_share: float = 0.1
     sample_interval_s: float = 10.0
     seed: int = 1
+    format_version: int = 3
+    """3 is what iceberg-writer creates (deletion vectors); 2 gives position delete files."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,11 +187,13 @@ class _DiscardPublisher:
         """Nothing queued."""
 
 
-def _create_table(spark: Any, name: str) -> None:
+def _create_table(spark: Any, name: str, format_version: int) -> None:
+    if format_version not in (2, 3):
+        raise ValueError(f"format version must be 2 or 3, not {format_version}")
     spark.sql(
         f"""CREATE TABLE icefjord.{name} (id BIGINT NOT NULL, part INT NOT NULL, v STRING,
         updated_at TIMESTAMP) USING iceberg PARTITIONED BY (part)
-        TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='merge-on-read',
+        TBLPROPERTIES ('format-version'='{format_version}', 'write.delete.mode'='merge-on-read',
                        'write.update.mode'='merge-on-read', 'write.merge.mode'='merge-on-read')"""
     )
     spark.sql(f"ALTER TABLE icefjord.{name} SET IDENTIFIER FIELDS id")
@@ -227,7 +231,7 @@ def run_bench(
     if (ns,) not in catalog.list_namespaces():
         catalog.create_namespace(ns)
     table = f"{ns}.stream_{uuid.uuid4().hex[:8]}"
-    _create_table(spark, table)
+    _create_table(spark, table, config.format_version)
     progress(f"loading {config.keys} rows into {table} and warming up")
     load = [(k, k % config.partitions, "v0", False) for k in range(config.keys)]
     spark.createDataFrame(load, "id long, part int, v string, del boolean").drop("del").selectExpr(

@@ -578,6 +578,9 @@ def bench_maintain_command(
     interval: Annotated[float, typer.Option(min=0.1, help="Seconds between commits.")] = 1.0,
     rows: Annotated[int, typer.Option(min=1, help="Changes per commit.")] = 20,
     partitions: Annotated[int, typer.Option(min=1, help="Partitions of the table.")] = 4,
+    format_version: Annotated[
+        int, typer.Option(min=2, max=3, help="Table format (3: deletion vectors, as written).")
+    ] = 3,
     sample_every: Annotated[float, typer.Option(min=1, help="Seconds between samples.")] = 10.0,
     keep: Annotated[bool, typer.Option(help="Keep the table afterwards.")] = False,
 ) -> None:
@@ -590,6 +593,7 @@ def bench_maintain_command(
         commit_interval_s=interval,
         rows_per_commit=rows,
         partitions=partitions,
+        format_version=format_version,
         keys=max(rows * 100, 1000),
         sample_interval_s=sample_every,
     )
