@@ -1,7 +1,8 @@
 """``python -m services.iceberg_writer``: run iceberg-writer until SIGTERM.
 
-Exit codes: 0 after a requested stop, 1 on a fatal error (one log line says why), 2 when the
-settings are invalid (one line on stderr), 3 when a writer with a newer epoch took over.
+Exit codes (``shared.service``): 0 after a requested stop, 1 on a fatal error (one log line
+says why), 2 when the settings are invalid (one line on stderr), 3 when a writer with a newer
+epoch took over.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import uuid
 from contextlib import ExitStack
 
 from prometheus_client import CollectorRegistry
-from pydantic import ValidationError
 
 from services.iceberg_writer.apply import BatchWriter
 from services.iceberg_writer.config import WriterSettings
@@ -22,20 +22,19 @@ from services.iceberg_writer.metrics import WriterMetrics
 from services.iceberg_writer.tables import FencedError, TableStore
 from services.iceberg_writer.writer import Writer
 from shared.catalog import open_catalog
-from shared.endpoint import Health, MetricsServer
-from shared.errors import Backoff, FatalError, RetryableError, retry
-from shared.kafka import ensure_topics, make_admin, make_consumer, make_producer
-from shared.logs import configure_logging
-from shared.loop import install_stop_handlers, run_loop
+from shared.endpoint import Health
+from shared.errors import Backoff, retry
+from shared.kafka import make_consumer, make_producer
+from shared.loop import run_loop
 from shared.registry import make_registry_client
-from shared.settings import masked
+from shared.service import EXIT_BAD_SETTINGS, EXIT_FATAL, EXIT_OK, create_topics, serve_metrics
+from shared.service import service_main as _service_main
 from shared.spark import build_spark_session
+
+__all__ = ["EXIT_BAD_SETTINGS", "EXIT_FATAL", "EXIT_FENCED", "EXIT_OK", "build_writer", "main"]
 
 log = logging.getLogger("services.iceberg_writer")
 
-EXIT_OK = 0
-EXIT_FATAL = 1
-EXIT_BAD_SETTINGS = 2
 EXIT_FENCED = 3
 
 
@@ -76,17 +75,9 @@ def run(settings: WriterSettings, stop: threading.Event) -> None:
     health = Health()
     registry = CollectorRegistry()
     with ExitStack() as resources:
-        server = MetricsServer(settings.metrics.host, settings.metrics.port, registry, health)
-        resources.callback(server.close)
-        server.start()
+        serve_metrics(resources, settings.metrics, registry, health)
         if settings.create_topics:
-            admin = make_admin(settings.kafka)
-            retry(
-                lambda: ensure_topics(admin, settings.topic_requests()),
-                what="create writer topics",
-                backoff=Backoff(attempts=10),
-                stop=stop,
-            )
+            create_topics(settings.kafka, settings.topic_requests(), "create writer topics", stop)
         writer = build_writer(settings, registry)
         retry(
             lambda: writer.start(),
@@ -97,38 +88,13 @@ def run(settings: WriterSettings, stop: threading.Event) -> None:
         log.info("iceberg-writer running", extra={"epoch": writer.epoch})
         run_loop(writer.step, stop, health)
         writer.flush_all()
-    log.info("iceberg-writer stopped")
 
 
 def main() -> int:
     """Parse settings once, configure logging, run; return the exit code."""
-    try:
-        settings = WriterSettings()
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        print(f"iceberg-writer: invalid settings: {problems}", file=sys.stderr)
-        return EXIT_BAD_SETTINGS
-    configure_logging(settings.log_level, settings.log_format)
-    log.info("iceberg-writer starting", extra={"settings": masked(settings)})
-    stop = threading.Event()
-    install_stop_handlers(stop)
-    try:
-        run(settings, stop)
-    except FencedError as exc:
-        log.error("iceberg-writer fenced", extra={"error": str(exc)})
-        return EXIT_FENCED
-    except RetryableError as exc:
-        if stop.is_set():
-            return EXIT_OK
-        log.error("iceberg-writer failed", extra={"error": f"{type(exc).__name__}: {exc}"})
-        return EXIT_FATAL
-    except (FatalError, OSError) as exc:
-        log.error("iceberg-writer failed", extra={"error": f"{type(exc).__name__}: {exc}"})
-        return EXIT_FATAL
-    except Exception:
-        log.exception("iceberg-writer crashed")
-        return EXIT_FATAL
-    return EXIT_OK
+    return _service_main(
+        "iceberg-writer", WriterSettings, run, exits=[(FencedError, EXIT_FENCED, "fenced")]
+    )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """``python -m services.maintainer``: run the maintainer until SIGTERM.
 
-Exit codes: 0 after a requested stop, 1 on a fatal error (one log line says why), 2 when the
-settings are invalid (one line on stderr).
+Exit codes (``shared.service``): 0 after a requested stop, 1 on a fatal error (one log line
+says why), 2 when the settings are invalid (one line on stderr).
 """
 
 from __future__ import annotations
@@ -12,25 +12,21 @@ import threading
 from contextlib import ExitStack
 
 from prometheus_client import CollectorRegistry
-from pydantic import ValidationError
 
 from services.maintainer.config import MaintainerSettings
 from services.maintainer.service import build_service
 from shared.catalog import open_catalog
-from shared.endpoint import Health, MetricsServer
-from shared.errors import Backoff, FatalError, RetryableError, retry
-from shared.kafka import ensure_topics, make_admin, make_consumer, make_producer
-from shared.logs import configure_logging
-from shared.loop import install_stop_handlers, run_loop
+from shared.endpoint import Health
+from shared.kafka import make_consumer, make_producer
+from shared.loop import run_loop
 from shared.registry import make_registry_client
-from shared.settings import masked
+from shared.service import EXIT_BAD_SETTINGS, EXIT_FATAL, EXIT_OK, create_topics, serve_metrics
+from shared.service import service_main as _service_main
 from shared.spark import build_spark_session
 
-log = logging.getLogger("services.maintainer")
+__all__ = ["EXIT_BAD_SETTINGS", "EXIT_FATAL", "EXIT_OK", "main", "run"]
 
-EXIT_OK = 0
-EXIT_FATAL = 1
-EXIT_BAD_SETTINGS = 2
+log = logging.getLogger("services.maintainer")
 
 
 def run(settings: MaintainerSettings, stop: threading.Event) -> None:
@@ -41,20 +37,10 @@ def run(settings: MaintainerSettings, stop: threading.Event) -> None:
     metrics_registry = CollectorRegistry()
     with ExitStack() as resources:
         # Serve /healthz first: starting Spark takes a while, and the process is alive.
-        server = MetricsServer(
-            settings.metrics.host, settings.metrics.port, metrics_registry, health
-        )
-        resources.callback(server.close)
-        server.start()
+        serve_metrics(resources, settings.metrics, metrics_registry, health)
         if settings.create_control_topic:
             request = settings.control_topic_request()
-            admin = make_admin(settings.kafka)
-            retry(
-                lambda: ensure_topics(admin, [request]),
-                what="create control topic",
-                backoff=Backoff(attempts=10),
-                stop=stop,
-            )
+            create_topics(settings.kafka, [request], "create control topic", stop)
         spark = build_spark_session("icefjord-maintainer", settings.spark, settings.catalog)
         resources.callback(spark.stop)
         producer = make_producer(settings.kafka)
@@ -77,35 +63,11 @@ def run(settings: MaintainerSettings, stop: threading.Event) -> None:
         )
         log.info("maintainer running", extra={"catalog": settings.catalog.name})
         run_loop(service.step, stop, health)
-    log.info("maintainer stopped")
 
 
 def main() -> int:
     """Parse settings once, configure logging, run; return the exit code."""
-    try:
-        settings = MaintainerSettings()
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        print(f"maintainer: invalid settings: {problems}", file=sys.stderr)
-        return EXIT_BAD_SETTINGS
-    configure_logging(settings.log_level, settings.log_format)
-    log.info("maintainer starting", extra={"settings": masked(settings)})
-    stop = threading.Event()
-    install_stop_handlers(stop)
-    try:
-        run(settings, stop)
-    except RetryableError as exc:
-        if stop.is_set():
-            return EXIT_OK
-        log.error("maintainer failed", extra={"error": f"{type(exc).__name__}: {exc}"})
-        return EXIT_FATAL
-    except (FatalError, OSError) as exc:
-        log.error("maintainer failed", extra={"error": f"{type(exc).__name__}: {exc}"})
-        return EXIT_FATAL
-    except Exception:
-        log.exception("maintainer crashed")
-        return EXIT_FATAL
-    return EXIT_OK
+    return _service_main("maintainer", MaintainerSettings, run)
 
 
 if __name__ == "__main__":

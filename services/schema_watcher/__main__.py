@@ -1,7 +1,7 @@
 """``python -m services.schema_watcher``: run schema-watcher until SIGTERM.
 
-Exit codes: 0 after a requested stop, 1 on a fatal error (one log line says why), 2 when the
-settings are invalid (one line on stderr).
+Exit codes (``shared.service``): 0 after a requested stop, 1 on a fatal error (one log line
+says why), 2 when the settings are invalid (one line on stderr).
 """
 
 from __future__ import annotations
@@ -12,24 +12,20 @@ import threading
 from contextlib import ExitStack
 
 from prometheus_client import CollectorRegistry
-from pydantic import ValidationError
 
 from services.schema_watcher.config import WatcherSettings
 from services.schema_watcher.metrics import WatcherMetrics
 from services.schema_watcher.watcher import build_watcher
-from shared.endpoint import Health, MetricsServer
-from shared.errors import Backoff, FatalError, RetryableError, retry
-from shared.kafka import ensure_topics, make_admin, make_producer
-from shared.logs import configure_logging
-from shared.loop import install_stop_handlers, run_loop
+from shared.endpoint import Health
+from shared.kafka import make_producer
+from shared.loop import run_loop
 from shared.registry import make_registry_client
-from shared.settings import masked
+from shared.service import EXIT_BAD_SETTINGS, EXIT_FATAL, EXIT_OK, create_topics, serve_metrics
+from shared.service import service_main as _service_main
+
+__all__ = ["EXIT_BAD_SETTINGS", "EXIT_FATAL", "EXIT_OK", "main", "run"]
 
 log = logging.getLogger("services.schema_watcher")
-
-EXIT_OK = 0
-EXIT_FATAL = 1
-EXIT_BAD_SETTINGS = 2
 
 
 def run(settings: WatcherSettings, stop: threading.Event) -> None:
@@ -41,18 +37,10 @@ def run(settings: WatcherSettings, stop: threading.Event) -> None:
     registry = CollectorRegistry()
     metrics = WatcherMetrics.create(registry)
     with ExitStack() as resources:
-        server = MetricsServer(settings.metrics.host, settings.metrics.port, registry, health)
-        resources.callback(server.close)
-        server.start()
+        serve_metrics(resources, settings.metrics, registry, health)
         if settings.create_control_topic:
             request = settings.control_topic_request()
-            admin = make_admin(settings.kafka)
-            retry(
-                lambda: ensure_topics(admin, [request]),
-                what="create control topic",
-                backoff=Backoff(attempts=10),
-                stop=stop,
-            )
+            create_topics(settings.kafka, [request], "create control topic", stop)
         producer = make_producer(settings.kafka)
         resources.callback(producer.flush, 10.0)
         watcher = build_watcher(
@@ -68,35 +56,11 @@ def run(settings: WatcherSettings, stop: threading.Event) -> None:
 
         log.info("schema-watcher polling", extra={"pattern": settings.subject_pattern})
         run_loop(step, stop, health)
-    log.info("schema-watcher stopped")
 
 
 def main() -> int:
     """Parse settings once, configure logging, run; return the exit code."""
-    try:
-        settings = WatcherSettings()
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        print(f"schema-watcher: invalid settings: {problems}", file=sys.stderr)
-        return EXIT_BAD_SETTINGS
-    configure_logging(settings.log_level, settings.log_format)
-    log.info("schema-watcher starting", extra={"settings": masked(settings)})
-    stop = threading.Event()
-    install_stop_handlers(stop)
-    try:
-        run(settings, stop)
-    except RetryableError as exc:
-        if stop.is_set():
-            return EXIT_OK
-        log.error("schema-watcher failed", extra={"error": f"{type(exc).__name__}: {exc}"})
-        return EXIT_FATAL
-    except (FatalError, OSError) as exc:
-        log.error("schema-watcher failed", extra={"error": f"{type(exc).__name__}: {exc}"})
-        return EXIT_FATAL
-    except Exception:
-        log.exception("schema-watcher crashed")
-        return EXIT_FATAL
-    return EXIT_OK
+    return _service_main("schema-watcher", WatcherSettings, run)
 
 
 if __name__ == "__main__":
