@@ -14,7 +14,7 @@ help: ## Show this help
 $(BIN)/icefjord: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	@touch $@
 
 install: $(BIN)/icefjord ## Create the virtual environment and install Icefjord with dev tools
@@ -30,6 +30,9 @@ status: ## Show each local component and its health
 
 demo: install ## The main job: PostgreSQL -> Debezium -> Icefjord -> Iceberg, live, then proven equal
 	$(BIN)/icefjord demo
+
+bench: install ## End-to-end benchmark: snapshot load, fixed rates, maximum; report.md + bench.png
+	$(BIN)/icefjord bench
 
 lint: install ## ruff and mypy --strict
 	$(BIN)/ruff check $(PY_SOURCES) tests
@@ -54,4 +57,4 @@ test-unit: install ## Unit tests only (no external process)
 clean: down ## Stop the stack and delete its local state (.icefjord/)
 	rm -rf .icefjord
 
-.PHONY: help install up down status demo lint test test-e2e test-unit clean
+.PHONY: help install up down status demo bench lint test test-e2e test-unit clean

@@ -6,7 +6,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from icefjord.demo.cli import demo_command
+from icefjord.demo.bench import BenchOptions
+from icefjord.demo.cli import bench_pipeline_command, demo_command, pipeline_bench
 from icefjord.local.components import Health
 from icefjord.local.settings import LocalSettings
 from icefjord.local.stack import LocalStack, StartError
@@ -24,13 +25,26 @@ app = typer.Typer(help="Icefjord: Debezium change streams into fresh Apache Iceb
 local_app = typer.Typer(help="The local stack: real Kafka, Apicurio Registry, Spark + Iceberg.")
 app.add_typer(local_app, name="local")
 app.add_typer(schema_app, name="schema")
-bench_app = typer.Typer(help="Benchmarks: the normalizer's path, the writer on the stack.")
+bench_app = typer.Typer(
+    help="Benchmarks: the whole pipeline (default), the normalizer's path, the writer, the "
+    "maintainer."
+)
 app.add_typer(bench_app, name="bench")
 app.command("normalize")(normalize_command)
 app.add_typer(control_app, name="control")
 app.command("tables")(tables_command)
 app.add_typer(table_app, name="table")
 bench_app.command("maintain")(bench_maintain_command)
+bench_app.command("pipeline")(bench_pipeline_command)
+
+
+@bench_app.callback(invoke_without_command=True)
+def bench_default(ctx: typer.Context) -> None:
+    """Without a subcommand: `icefjord bench pipeline` with its defaults."""
+    if ctx.invoked_subcommand is None:
+        pipeline_bench(BenchOptions())
+
+
 app.command("demo")(demo_command)
 
 console = Console()

@@ -360,6 +360,26 @@ class Planner:
             count = self.rng.randint(1, 2 * spec.ops_per_tx - 1)
             yield self._transaction(at, tuple(self._apply(self._dml()) for _ in range(count)))
 
+    def steady(
+        self, rate: float | None, duration_s: float | None = None, ops_per_tx: int | None = None
+    ) -> Iterator[Transaction]:
+        """DML only (no schema change), for benchmarks: transactions of ``ops_per_tx`` row
+        operations on average (default: the spec's), spaced to ``rate`` row operations per
+        second for ``duration_s`` seconds. ``rate`` None: every ``at_s`` is 0 (as fast as the
+        source goes); ``duration_s`` None: endless (the consumer stops when it wants)."""
+        per_tx = ops_per_tx or self.spec.ops_per_tx
+        if per_tx < 1 or (rate is not None and rate <= 0):
+            raise ValueError("rate and ops_per_tx must be positive")
+        if rate is None and duration_s is not None:
+            raise ValueError("an unpaced stream has no duration: pass duration_s=None")
+        interval = 0.0 if rate is None else per_tx / rate
+        i = 0
+        while duration_s is None or i * interval < duration_s:
+            count = self.rng.randint(1, 2 * per_tx - 1)
+            ops = tuple(self._apply(self._dml()) for _ in range(count))
+            yield self._transaction(i * interval, ops)
+            i += 1
+
     # -- internals -------------------------------------------------------------------------
 
     def _transaction(self, at: float, ops: tuple[Operation, ...]) -> Transaction:

@@ -77,6 +77,7 @@ class DemoOptions:
     stall_s: float = 300.0
     refresh_s: float = 2.0
     stop_services: bool = False
+    schema_base: str = "shop"
 
 
 @dataclass(frozen=True)
@@ -155,9 +156,11 @@ def _taken_schemas(
     return taken
 
 
-def _start_services(
+def start_services(
     services: list[ServiceProcess], timeout_s: float, log: Callable[[str], None]
 ) -> None:
+    """Start each service that is not ready and wait until all answer ``/readyz``; raises
+    :class:`DemoError` (with the log tail) when one is missing, exits or times out."""
     missing = [s.spec.module for s in services if not installed(s.spec)]
     if missing:
         raise DemoError(
@@ -180,12 +183,18 @@ def _start_services(
         log(f"{service.name} ready at {service.address()}")
 
 
-def _prepare_source(
+def prepare_source(
     settings: LocalSettings, options: DemoOptions, kind: str, log: Callable[[str], None]
 ) -> DemoSource:
+    """The source of ``kind`` under a fresh schema (``options.schema`` or the first unused
+    of ``<schema_base>``, ``<schema_base>_2``, ...): for PostgreSQL the cluster and Kafka
+    Connect are started if needed and earlier runs' connectors retired. Nothing is created
+    in the source yet."""
     if kind == "generator":
         taken = _taken_schemas(settings, None, options.topic_prefix)
-        names = SourceNames(options.schema or choose_schema(taken), options.topic_prefix)
+        names = SourceNames(
+            options.schema or choose_schema(taken, options.schema_base), options.topic_prefix
+        )
         return GeneratedDemoSource(settings, names)
     connect_dist = ensure_connect_artifacts(settings, log)
     cluster = PostgresCluster(settings)
@@ -202,7 +211,9 @@ def _prepare_source(
     if retired:
         log(f"removed the connectors of earlier runs: {', '.join(retired)}")
     taken = _taken_schemas(settings, cluster, options.topic_prefix)
-    names = SourceNames(options.schema or choose_schema(taken), options.topic_prefix)
+    names = SourceNames(
+        options.schema or choose_schema(taken, options.schema_base), options.topic_prefix
+    )
     return PostgresDemoSource(settings, names, cluster, connect)
 
 
@@ -212,7 +223,7 @@ def run_demo(settings: LocalSettings, options: DemoOptions, console: Console) ->
     log = console.log
     LocalStack(settings).up(log)
     kind = pick_source(settings, options.source, console)
-    source = _prepare_source(settings, options, kind, log)
+    source = prepare_source(settings, options, kind, log)
     kafka = KafkaSettings(bootstrap_servers=settings.bootstrap_servers)
     dead_letters_before = end_offsets(kafka, options.dead_letter_topic)
     services = service_processes(
@@ -222,7 +233,7 @@ def run_demo(settings: LocalSettings, options: DemoOptions, console: Console) ->
         extra_env=options.service_env,
     )
     try:
-        _start_services(services, options.service_start_timeout_s, log)
+        start_services(services, options.service_start_timeout_s, log)
         planner = Planner(options.workload)
         log(f"creating {kind} tables in schema {source.names.schema} and loading initial rows")
         source.prepare(planner)
@@ -233,7 +244,7 @@ def run_demo(settings: LocalSettings, options: DemoOptions, console: Console) ->
             done = _catch_up(settings, options, source, services, workload, view, live)
             catch_up_seconds = time.monotonic() - began
         log("verifying every table against its source (Spark reads Iceberg)")
-        report = _verify(settings, source)
+        report = verify_source(settings, source)
         dead = count_committed(
             kafka,
             options.dead_letter_topic,
@@ -300,7 +311,7 @@ def _drive(
     try:
         while worker.is_alive() or (injector is not None and injector.is_alive()):
             view.add(scrape_all(endpoints, source.progress.row_changes))
-            _supervise(source, services, live)
+            supervise(source, services, live)
             live.update(render(view, f"workload ({source.kind} -> Iceberg)"))
             worker.join(options.refresh_s)
     except BaseException:
@@ -316,7 +327,7 @@ def _drive(
     return result, tuple(injector.records) if injector is not None else ()
 
 
-def _supervise(source: DemoSource, services: list[ServiceProcess], live: Live) -> None:
+def supervise(source: DemoSource, services: list[ServiceProcess], live: Live) -> None:
     """What Kubernetes would do: start a service whose process exited (the fault injector's
     kills included, if its pause is still running), restart a failed Debezium task."""
     for service in services:
@@ -373,11 +384,12 @@ def _catch_up(
         if now > deadline or now - still_since > options.stall_s:
             live.console.log(f"not caught up: {', '.join(sorted(late))} behind the source")
             return False
-        _supervise(source, services, live)
+        supervise(source, services, live)
         time.sleep(options.refresh_s)
 
 
-def _verify(settings: LocalSettings, source: DemoSource) -> VerifyReport:
+def verify_source(settings: LocalSettings, source: DemoSource) -> VerifyReport:
+    """Compare every table of ``source`` with its Iceberg table (Spark reads Iceberg)."""
     from shared.spark import SparkSettings, build_spark_session
 
     jars = str(settings.dist_dir / f"spark-jars-{settings.iceberg_version}" / "*.jar")

@@ -237,7 +237,8 @@ class PostgresWorkload:
             self.connection().execute(statement.encode())
         self.tables[table.name] = table
 
-    def _adapt(self, table: str, column: str, value: Any) -> Any:
+    def adapt(self, table: str, column: str, value: Any) -> Any:
+        """``value`` of ``table.column`` as psycopg should send it (JSON wrapped)."""
         if value is None:
             return None
         kind = self.tables[table].column(column).kind
@@ -273,7 +274,7 @@ class PostgresWorkload:
                         sql.SQL(", ").join(map(sql.Identifier, names)),
                         sql.SQL(", ").join(sql.Placeholder() * len(names)),
                     ),
-                    [self._adapt(table, n, row[n]) for n in names],
+                    [self.adapt(table, n, row[n]) for n in names],
                 )
             case Update(table, key, values):
                 condition, params = self._where(table, key)
@@ -284,7 +285,7 @@ class PostgresWorkload:
                     sql.SQL("UPDATE {} SET {} WHERE {}").format(
                         self._qualified(table), assignments, condition
                     ),
-                    [*(self._adapt(table, n, v) for n, v in values.items()), *params],
+                    [*(self.adapt(table, n, v) for n, v in values.items()), *params],
                 )
             case ChangeKey(table, key, new_key):
                 condition, params = self._where(table, key)

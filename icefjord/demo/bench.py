@@ -1,0 +1,404 @@
+"""``icefjord bench`` / ``icefjord bench pipeline``: the whole pipeline's throughput and
+freshness, on the demo's machinery (source, services, catch-up, verification).
+
+Phases (each reported, see :mod:`icefjord.demo.report`): *snapshot* (rows loaded before
+capture starts, time until Iceberg holds them all), one *rate* phase per offered rate
+(source paced), *max* (source unpaced). Each phase ends when the writer has caught up with
+its last change. Throughout, the services' ``/metrics`` are sampled every ~2 s
+(:mod:`icefjord.demo.benchstats`). At the end every table is compared with its source: a
+benchmark whose output is wrong is not a result.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import platform
+import shlex
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+
+from icefjord.demo.benchstats import Carry, PhaseResult, Sample, reading_of, span
+from icefjord.demo.catchup import behind, caught_up, count_committed, end_offsets
+from icefjord.demo.catchup import iceberg_watermarks as watermarks_of
+from icefjord.demo.plan import Insert, Planner, Transaction, WorkloadSpec
+from icefjord.demo.progress import ProgressView, render, scrape_all
+from icefjord.demo.report import BenchReport, Machine, TableCheck, write_report
+from icefjord.demo.run import (
+    DemoOptions,
+    SourceChoice,
+    pick_source,
+    prepare_source,
+    start_services,
+    supervise,
+    verify_source,
+)
+from icefjord.demo.source import DemoSource, PostgresDemoSource
+from icefjord.demo.workload import PostgresWorkload, WorkloadResult, paced
+from icefjord.local.services import SERVICE_NAMES, ServiceProcess, service_processes
+from icefjord.local.settings import LocalSettings
+from icefjord.local.stack import LocalStack
+from shared.settings import DEAD_LETTER_TOPIC, CatalogSettings, KafkaSettings
+
+SCHEMA_BASE = "bench_e2e"
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """What the benchmark runs; ``out`` None: ``<state>/bench/<timestamp>``."""
+
+    source: SourceChoice = "auto"
+    snapshot_rows: int = 200_000
+    rates: tuple[float, ...] = (1_000.0,)
+    phase_seconds: float = 120.0
+    max_seconds: float = 120.0
+    out: Path | None = None
+    seed: int = 7
+    max_ops_per_tx: int = 20
+    refresh_s: float = 2.0
+    catch_up_timeout_s: float = 900.0
+    service_start_timeout_s: float = 300.0
+    command: str = field(default_factory=lambda: shlex.join(sys.argv))
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    report: BenchReport
+    path: Path
+    chart: Path | None
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.report.verified else 1
+
+
+class SourceCounter:
+    """Row changes the source has executed, over every phase (single writer)."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def counted(self, transactions: Iterable[Transaction]) -> Iterator[Transaction]:
+        """Pass ``transactions`` through, counting each one's row operations once the
+        source asks for the next one (so once it has been executed)."""
+        for tx in transactions:
+            yield tx
+            self.value += 0 if tx.is_ddl else len(tx.ops)
+
+
+def until(transactions: Iterable[Transaction], deadline: float) -> Iterator[Transaction]:
+    """``transactions`` until the monotonic clock passes ``deadline``."""
+    for tx in transactions:
+        if time.monotonic() >= deadline:
+            return
+        yield tx
+
+
+def copy_load(workload: PostgresWorkload, seed: Iterable[Transaction]) -> int:
+    """Load the seed's inserts with COPY, one transaction (so the source is not the
+    bottleneck of the snapshot); return the rows loaded."""
+    from psycopg import sql
+
+    rows: dict[str, list[Mapping[str, Any]]] = {}
+    for tx in seed:
+        for op in tx.ops:
+            assert isinstance(op, Insert), "the seed holds inserts only"
+            rows.setdefault(op.table, []).append(op.row)
+    conn = workload.connection()
+    loaded = 0
+    with conn.transaction():
+        for table, table_rows in rows.items():
+            names = list(workload.tables[table].names)
+            statement = sql.SQL("COPY {}.{} ({}) FROM STDIN").format(
+                sql.Identifier(workload.schema),
+                sql.Identifier(table),
+                sql.SQL(", ").join(map(sql.Identifier, names)),
+            )
+            with conn.cursor().copy(statement) as copy:
+                for row in table_rows:
+                    copy.write_row([workload.adapt(table, n, row.get(n)) for n in names])
+                    loaded += 1
+    return loaded
+
+
+def iceberg_rows(catalog: Any, expected: Mapping[str, int]) -> tuple[int, float | None]:
+    """Rows Iceberg holds of ``expected`` (``<namespace>.<table>`` -> rows; from snapshot
+    summaries, capped at the expected count), and when the last table reached its count
+    (commit time, Unix seconds; None while one has not)."""
+    held, reached = 0, []
+    for name, rows in expected.items():
+        try:
+            snapshots = sorted(catalog.load_table(name).metadata.snapshots, key=_ts)
+        except Exception:  # not created yet, or the catalog busy
+            continue
+        when = None
+        count = 0
+        for snapshot in snapshots:
+            summary = snapshot.summary
+            total = summary.additional_properties.get("total-records") if summary else None
+            count = int(total or 0)
+            if count >= rows:
+                when = snapshot.timestamp_ms / 1000
+                break
+        held += min(count, rows)
+        if when is not None:
+            reached.append(when)
+    done = len(reached) == len(expected)
+    return held, (max(reached) if done and reached else None)
+
+
+def _ts(snapshot: Any) -> int:
+    return int(snapshot.timestamp_ms)
+
+
+class Bench:
+    """One run: samples, live display, phases."""
+
+    def __init__(
+        self,
+        settings: LocalSettings,
+        options: BenchOptions,
+        source: DemoSource,
+        services: list[ServiceProcess],
+        live: Live,
+    ) -> None:
+        from shared.catalog import open_catalog
+
+        self.settings = settings
+        self.options = options
+        self.source = source
+        self.services = services
+        self.live = live
+        self.catalog = open_catalog(
+            CatalogSettings(name=settings.catalog_name, local_state_dir=settings.state)
+        )
+        self.endpoints = {s.name: s.address() for s in services}
+        self.counter = SourceCounter()
+        self.view = ProgressView()
+        self.wall0 = time.time()
+        self.carry = Carry(started_at=time.monotonic())
+        self.samples: list[Sample] = []
+        self.phase = "setup"
+        self.last_change_ms: dict[str, int] = {}
+
+    def sample(self, extra: Sequence[tuple[str, str]] = ()) -> Sample:
+        scrape = scrape_all(self.endpoints, self.counter.value)
+        self.view.add(scrape)
+        reading = reading_of(scrape, self.source.names.schema, self.counter.value)
+        sample = self.carry.add(reading, self.phase)
+        self.samples.append(sample)
+        rows = [("phase", self.phase), ("elapsed", f"{sample.t:.0f} s"), *extra]
+        self.live.update(render(self.view, f"bench ({self.source.kind} -> Iceberg)", rows))
+        return sample
+
+    def tick(self) -> None:
+        supervise(self.source, self.services, self.live)
+        time.sleep(self.options.refresh_s)
+
+    def relative(self, unix: float | None) -> float | None:
+        return None if unix is None else unix - self.wall0
+
+    # -- phases ----------------------------------------------------------------------------
+
+    def snapshot(self, planner: Planner) -> PhaseResult:
+        """Load the rows, start capture, wait until Iceberg holds every row."""
+        log = self.live.console.log
+        self.phase = "snapshot"
+        names = self.source.names
+        if isinstance(self.source, PostgresDemoSource):
+            workload = self.source.workload
+            workload.create_schema(planner.initial_tables, names.publication)
+            began = time.monotonic()
+            loaded = copy_load(workload, planner.seed(batch=1000))
+            log(f"COPY loaded {loaded:,} rows in {time.monotonic() - began:.1f} s")
+        first = self.sample()
+        start_t = first.t
+        if isinstance(self.source, PostgresDemoSource):
+            self.source.connect.register(names.connector, self.source.connector_config())
+        else:
+            self.source.prepare(planner)  # the generator emits the snapshot right away
+        expected = {
+            names.iceberg(table): len(planner.model.rows[table])
+            for table in (t.name for t in planner.initial_tables)
+        }
+        total = sum(expected.values())
+        deadline = time.monotonic() + self.options.catch_up_timeout_s
+        reached: float | None = time.time() if total == 0 else None
+        last = first
+        while reached is None and time.monotonic() < deadline:
+            held, reached = iceberg_rows(self.catalog, expected)
+            last = self.sample([("rows in Iceberg", f"{held:,} of {total:,}")])
+            if reached is not None:
+                break
+            self.tick()
+        end_t = self.relative(reached) if reached is not None else last.t
+        assert end_t is not None
+        log(f"snapshot: {total:,} rows in Iceberg {end_t - start_t:.1f} s after capture start")
+        return PhaseResult(
+            name="snapshot",
+            kind="snapshot",
+            offered_rate=None,
+            source_seconds=0.0,
+            drain_seconds=max(0.0, end_t - start_t),
+            caught_up=reached is not None,
+            figures=span(first, last),
+            snapshot_rows=total,
+        )
+
+    def stream(self, planner: Planner, rate: float | None) -> PhaseResult:
+        """One streaming phase: paced at ``rate`` for ``phase_seconds``, or unpaced for
+        ``max_seconds`` (``rate`` None); then wait for the writer to catch up."""
+        o = self.options
+        name = "max" if rate is None else f"{rate:,.0f}/s"
+        self.phase = name
+        stop = threading.Event()
+        plan: Iterable[Transaction]
+        if rate is None:
+            deadline = time.monotonic() + o.max_seconds
+            plan = until(planner.steady(None, ops_per_tx=o.max_ops_per_tx), deadline)
+        else:
+            plan = paced(planner.steady(rate, o.phase_seconds), stop)
+        outcome: dict[str, WorkloadResult | BaseException] = {}
+
+        def work() -> None:
+            try:
+                outcome["result"] = self.source.run(self.counter.counted(plan))
+            except BaseException as exc:  # handed to the main thread
+                outcome["error"] = exc
+
+        first = self.sample()
+        worker = threading.Thread(target=work, name=f"bench-{name}", daemon=True)
+        worker.start()
+        try:
+            while worker.is_alive():
+                self.tick()
+                self.sample()
+        except BaseException:
+            stop.set()
+            raise
+        error = outcome.get("error")
+        if isinstance(error, BaseException):
+            raise error
+        result = outcome["result"]
+        assert isinstance(result, WorkloadResult)
+        self.last_change_ms.update(result.last_change_ms)
+        stopped = self.sample()
+        done, last = self.catch_up()
+        end = self.relative(last.last_commit_unix) if done else None
+        end_t = max(stopped.t, end if end is not None else last.t)
+        return PhaseResult(
+            name=name,
+            kind="max" if rate is None else "rate",
+            offered_rate=rate,
+            source_seconds=result.seconds,
+            drain_seconds=max(0.0, end_t - first.t - result.seconds),
+            caught_up=done,
+            figures=span(first, last),
+        )
+
+    def catch_up(self) -> tuple[bool, Sample]:
+        """Wait until every table's watermark reached its last source change and nothing
+        lags, twice in a row; (False, last sample) after the timeout."""
+        deadline = time.monotonic() + self.options.catch_up_timeout_s
+        in_a_row = 0
+        while True:
+            marks = watermarks_of(self.catalog, self.last_change_ms)
+            late = behind(self.last_change_ms, marks)
+            extra = [("tables behind the source", ", ".join(sorted(late)) or "none")]
+            last = self.sample(extra)
+            lags = (self.view.normalizer_lag(), self.view.writer_lag())
+            in_a_row = in_a_row + 1 if caught_up(self.last_change_ms, marks, *lags) else 0
+            if in_a_row >= 2:
+                return True, last
+            if time.monotonic() > deadline:
+                self.live.console.log(f"not caught up: {', '.join(sorted(late))}")
+                return False, last
+            self.tick()
+
+
+def _machine(load_start: tuple[float, float, float]) -> Machine:
+    return Machine(
+        cores=os.cpu_count() or 0,
+        load_start=load_start,
+        load_end=os.getloadavg(),
+        platform=platform.platform(),
+        python=platform.python_version(),
+    )
+
+
+def run_bench(settings: LocalSettings, options: BenchOptions, console: Console) -> BenchResult:
+    """The whole benchmark; see the module docstring. Raises ``DemoError``, ``StartError``,
+    ``ArtifactError``, ``PostgresError``, ``ConnectError`` when it cannot be set up."""
+    if options.snapshot_rows < 0 or options.phase_seconds <= 0 or options.max_seconds < 0:
+        raise ValueError("snapshot rows >= 0, phase seconds > 0, max seconds >= 0")
+    load_start = os.getloadavg()
+    started = dt.datetime.now().astimezone()
+    out = options.out or settings.state / "bench" / started.strftime("%Y%m%d-%H%M%S")
+    log = console.log
+    LocalStack(settings).up(log)
+    kind = pick_source(settings, options.source, console)
+    demo = DemoOptions(source=options.source, schema_base=SCHEMA_BASE)
+    source = prepare_source(settings, demo, kind, log)
+    kafka = KafkaSettings(bootstrap_servers=settings.bootstrap_servers)
+    dead_before = end_offsets(kafka, DEAD_LETTER_TOPIC)
+    services = service_processes(settings, SERVICE_NAMES, source_topic_prefix=demo.topic_prefix)
+    notes: list[str] = []
+    try:
+        start_services(services, options.service_start_timeout_s, log)
+        per_table = math.ceil(options.snapshot_rows / 3)
+        planner = Planner(WorkloadSpec(initial_rows=per_table, seed=options.seed))
+        phases: list[PhaseResult] = []
+        with Live(console=console, refresh_per_second=1) as live:
+            bench = Bench(settings, options, source, services, live)
+            phases.append(bench.snapshot(planner))
+            for rate in options.rates:
+                phases.append(bench.stream(planner, rate))
+            if options.max_seconds > 0:
+                phases.append(bench.stream(planner, None))
+            bench.phase = "verify"
+            bench.sample()
+        log("verifying every table against its source (Spark reads Iceberg)")
+        checked = verify_source(settings, source)
+        dead = count_committed(
+            kafka,
+            DEAD_LETTER_TOPIC,
+            dead_before,
+            source_prefix=f"{source.names.topic_prefix}.{source.names.schema}.",
+        )
+    finally:
+        source.close()
+    if kind == "postgres":
+        notes.append(
+            "PostgreSQL source: one connection executes the workload (psycopg, pipelined "
+            f"statements); the max phase uses transactions of ~{options.max_ops_per_tx} row "
+            "changes."
+        )
+    caught = all(p.caught_up for p in phases)
+    if not caught:
+        notes.append("a phase did not catch up within the timeout: its figures are partial")
+    report = BenchReport(
+        command=options.command,
+        started=started.isoformat(timespec="seconds"),
+        source=kind,
+        schema=source.names.schema,
+        machine=_machine(load_start),
+        phases=tuple(phases),
+        samples=tuple(bench.samples),
+        tables=tuple(
+            TableCheck(t.table, t.source_rows, t.iceberg_rows, t.ok) for t in checked.tables
+        ),
+        dead_letters=dead,
+        verified=checked.ok and dead == 0 and caught,
+        notes=tuple(notes),
+    )
+    path, chart = write_report(report, out)
+    return BenchResult(report, path, chart)

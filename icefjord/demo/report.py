@@ -1,0 +1,341 @@
+"""The end-to-end benchmark's report: ``report.md``, ``bench.png`` and ``series.csv``.
+
+:func:`render_markdown` and :func:`series_csv` are pure; :func:`plot` draws freshness and
+throughput over time with the phase boundaries, and data files, with matplotlib (Agg);
+:func:`write_report` writes all three, and still writes ``report.md`` (saying how to
+install the chart dependency) when matplotlib is missing.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from icefjord.demo.benchstats import (
+    LOW_RATE_GOAL_P99_S,
+    SUSTAINED_GOAL_P99_S,
+    PhaseResult,
+    Sample,
+    Verdict,
+    goal_verdicts,
+    share_within,
+    windows,
+)
+
+CHART_INSTALL = "pip install 'matplotlib>=3.11'"
+
+
+@dataclass(frozen=True)
+class Machine:
+    cores: int
+    load_start: tuple[float, float, float]
+    load_end: tuple[float, float, float]
+    platform: str
+    python: str
+
+
+@dataclass(frozen=True)
+class TableCheck:
+    """One table's verification: rows on each side and whether every row matched."""
+
+    table: str
+    source_rows: int
+    iceberg_rows: int
+    equal: bool
+
+
+@dataclass(frozen=True)
+class BenchReport:
+    command: str
+    started: str
+    source: str
+    schema: str
+    machine: Machine
+    phases: tuple[PhaseResult, ...]
+    samples: tuple[Sample, ...]
+    tables: tuple[TableCheck, ...]
+    dead_letters: int
+    verified: bool
+    notes: tuple[str, ...] = ()
+
+    @property
+    def verdicts(self) -> list[Verdict]:
+        return goal_verdicts(self.phases)
+
+
+def _num(value: float | None, spec: str = ",.0f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _secs(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _mark(met: bool | None) -> str:
+    return {True: "**met**", False: "**missed**", None: "not measured"}[met]
+
+
+def _load(load: tuple[float, float, float]) -> str:
+    return " / ".join(f"{v:.2f}" for v in load)
+
+
+def phase_rows(phases: Sequence[PhaseResult]) -> list[list[str]]:
+    """The phase table's rows (see :func:`render_markdown` for the columns)."""
+    rows = []
+    for p in phases:
+        f = p.figures
+        within5 = share_within(f.freshness, LOW_RATE_GOAL_P99_S)
+        within15 = share_within(f.freshness, SUSTAINED_GOAL_P99_S)
+        rows.append(
+            [
+                p.name,
+                _num(p.offered_rate) if p.kind == "rate" else ("max" if p.kind == "max" else "-"),
+                _num(p.achieved_source_rate),
+                f"{p.snapshot_rows:,}" if p.kind == "snapshot" else f"{f.source_changes:,}",
+                _num(f.applied_rate),
+                _num(p.end_to_end_rate),
+                _secs(f.p50_s),
+                _secs(f.p99_s),
+                "-" if within5 is None else f"{within5:.1%}",
+                "-" if within15 is None else f"{within15:.1%}",
+                _secs(p.source_seconds),
+                _secs(p.drain_seconds),
+                "yes" if p.caught_up else "**no**",
+            ]
+        )
+    return rows
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def render_markdown(report: BenchReport, chart: str | None, chart_problem: str | None) -> str:
+    """``report.md``: goals with met/missed, phases, files, verification, machine, method.
+    ``chart`` is the PNG's file name (None: not drawn, ``chart_problem`` says why)."""
+    m = report.machine
+    verdict = (
+        "every Iceberg table equals its source"
+        if report.verified
+        else "**VERIFICATION FAILED: these figures are not a result**"
+    )
+    lines = [
+        f"# Icefjord end-to-end benchmark, {report.started}",
+        "",
+        f"Source: **{report.source}**; schema/namespace `{report.schema}`. Verification: "
+        f"{verdict}.",
+        "",
+        "## Goals",
+        "",
+        *_table(
+            ["goal", "measured", "verdict"],
+            [[v.goal, v.measured, _mark(v.met)] for v in report.verdicts],
+        ),
+        "",
+        "## Phases",
+        "",
+        *_table(
+            [
+                "phase",
+                "offered/s",
+                "source/s",
+                "changes",
+                "applied/s",
+                "end to end/s",
+                "p50 s",
+                "p99 s",
+                "<= 5 s",
+                "<= 15 s",
+                "source s",
+                "drain s",
+                "caught up",
+            ],
+            phase_rows(report.phases),
+        ),
+        "",
+    ]
+    last = report.samples[-1] if report.samples else None
+    files = [s.data_files for s in report.samples if s.data_files is not None]
+    lines += [
+        "## Files",
+        "",
+        f"Data files (the maintainer's `icefjord_table_data_files`, this namespace): "
+        f"at most {_num(max(files) if files else None)}, at the end "
+        f"{_num(files[-1] if files else None)}; compactions: "
+        f"{_num(last.compactions if last else None)}.",
+        "",
+        "## Verification",
+        "",
+        *_table(
+            ["table", "source rows", "iceberg rows", "result"],
+            [
+                [
+                    t.table,
+                    f"{t.source_rows:,}",
+                    f"{t.iceberg_rows:,}",
+                    "equal" if t.equal else "**DIFFERENT**",
+                ]
+                for t in report.tables
+            ],
+        ),
+        "",
+        f"Dead letters: {report.dead_letters}.",
+        "",
+        "## Chart",
+        "",
+        f"![freshness and throughput over time]({chart})"
+        if chart
+        else f"No chart: {chart_problem}. Install it with `{CHART_INSTALL}`.",
+        "",
+        "The time series (one row per ~2 s sample) is in `series.csv`.",
+        "",
+        "## Machine and command",
+        "",
+        f"- cores: {m.cores}; load average (1/5/15 min) at the start {_load(m.load_start)}, "
+        f"at the end {_load(m.load_end)}",
+        f"- {m.platform}; Python {m.python}",
+        f"- command: `{report.command}`",
+        "",
+        "## How it is measured",
+        "",
+        "- *snapshot*: the rows are in the source before capture starts (PostgreSQL: COPY, "
+        "then the Debezium connector is registered and snapshots them; generator: Debezium "
+        "snapshot events). Time from capture start until Iceberg's snapshot summaries hold "
+        "every row (the commit time of the last commit needed).",
+        "- *rate*: the source is paced to the offered row changes/s for the phase's seconds; "
+        "*max*: the source runs unpaced. After the source stops, the phase lasts until every "
+        "table's writer watermark has reached the source commit time of its last change and "
+        "no service reports consumer lag (drain). *end to end/s* = source changes / (source + "
+        "drain seconds); *applied/s* = the writer's `icefjord_writer_changes_applied_total` "
+        "(after per-key deduplication within a batch, so it can be lower than the source's "
+        "changes) over the same time.",
+        "- *freshness*: the writer's histogram `icefjord_writer_freshness_seconds` (per change "
+        "record: commit wall time minus source commit time), its increase over the phase. "
+        "Quantiles are interpolated inside buckets; 5 s and 15 s are bucket bounds, so the "
+        "*<= 5 s* / *<= 15 s* shares, and the p99 verdicts, are exact.",
+        "- Schema changes are not part of the benchmark's workload (the demo covers them).",
+    ]
+    if report.notes:
+        lines += ["", "## Notes", "", *(f"- {note}" for note in report.notes)]
+    return "\n".join(lines) + "\n"
+
+
+def series_csv(samples: Sequence[Sample]) -> str:
+    """One line per window: time, phase, rates, freshness quantiles, files, compactions."""
+    buffer = io.StringIO()
+    out = csv.writer(buffer, lineterminator="\n")
+    out.writerow(
+        [
+            "t_s",
+            "phase",
+            "source_changes",
+            "source_per_s",
+            "applied_per_s",
+            "received_per_s",
+            "freshness_p50_s",
+            "freshness_p99_s",
+            "records_committed",
+            "data_files",
+            "compactions",
+        ]
+    )
+    for sample, w in windows(samples):
+        values = [
+            f"{sample.t:.1f}",
+            sample.phase,
+            str(sample.source_changes),
+            _num(w.source_rate, ".1f"),
+            _num(w.applied_rate, ".1f"),
+            _num(w.received_rate, ".1f"),
+            _num(w.p50_s, ".2f"),
+            _num(w.p99_s, ".2f"),
+            _num(w.observations, ".0f"),
+            _num(sample.data_files, ".0f"),
+            _num(sample.compactions, ".0f"),
+        ]
+        out.writerow(["" if v == "-" else v for v in values])
+    return buffer.getvalue()
+
+
+def plot(report: BenchReport, path: Path) -> None:
+    """Draw ``bench.png``: throughput, freshness p50/p99 (with the goals) and data files over
+    time, phase boundaries marked. Raises ImportError without matplotlib."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = windows(report.samples)
+    t = [s.t for s, _ in series]
+    fig, (rates, fresh, files) = plt.subplots(3, 1, figsize=(11, 9), sharex=True)
+    for label, values in (
+        ("source changes/s", [w.source_rate for _, w in series]),
+        ("writer received/s", [w.received_rate for _, w in series]),
+        ("applied to Iceberg/s", [w.applied_rate for _, w in series]),
+    ):
+        rates.plot(t, [float("nan") if v is None else v for v in values], label=label)
+    rates.set_ylabel("changes/s")
+    rates.legend(loc="upper left", fontsize=8)
+    for label, values, style in (
+        ("p50", [w.p50_s for _, w in series], "o-"),
+        ("p99", [w.p99_s for _, w in series], "s-"),
+    ):
+        points = [(x, v) for x, v in zip(t, values, strict=True) if v is not None]
+        fresh.plot([x for x, _ in points], [v for _, v in points], style, markersize=3, label=label)
+    fresh.axhline(LOW_RATE_GOAL_P99_S, color="green", linestyle=":", label="5 s goal (1,000/s)")
+    fresh.axhline(SUSTAINED_GOAL_P99_S, color="red", linestyle=":", label="15 s goal (max)")
+    fresh.set_ylabel("freshness s (per ~2 s window)")
+    fresh.legend(loc="upper left", fontsize=8)
+    points = [(s.t, s.data_files) for s in report.samples if s.data_files is not None]
+    files.step([x for x, _ in points], [v for _, v in points], where="post", label="data files")
+    compactions = [(s.t, s.compactions) for s in report.samples]
+    twin = files.twinx()
+    twin.step(
+        [x for x, _ in compactions],
+        [v for _, v in compactions],
+        where="post",
+        color="gray",
+        label="compactions",
+    )
+    twin.set_ylabel("compactions")
+    files.set_ylabel("data files")
+    files.set_xlabel("seconds since the benchmark started")
+    files.legend(loc="upper left", fontsize=8)
+    twin.legend(loc="upper right", fontsize=8)
+    for phase in report.phases:
+        for axis in (rates, fresh, files):
+            axis.axvline(phase.figures.start, color="black", linewidth=0.6, alpha=0.5)
+        rates.annotate(
+            phase.name,
+            (phase.figures.start, 1.0),
+            xycoords=("data", "axes fraction"),
+            fontsize=8,
+            va="bottom",
+        )
+    fig.suptitle(f"Icefjord end to end ({report.source}), {report.started}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_report(report: BenchReport, out_dir: Path) -> tuple[Path, Path | None]:
+    """Write ``report.md``, ``series.csv`` and (with matplotlib) ``bench.png`` into
+    ``out_dir``; return the report's path and the chart's (None if not drawn)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    chart: Path | None = out_dir / "bench.png"
+    problem = None
+    try:
+        assert chart is not None
+        plot(report, chart)
+    except ImportError as exc:
+        chart, problem = None, f"matplotlib is not installed ({exc})"
+    (out_dir / "series.csv").write_text(series_csv(report.samples))
+    markdown = render_markdown(report, chart.name if chart else None, problem)
+    path = out_dir / "report.md"
+    path.write_text(markdown)
+    return path, chart

@@ -1,0 +1,141 @@
+"""The end-to-end benchmark's report from fake samples: markdown, CSV series, PNG chart."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import pytest
+
+import icefjord.demo.report as report_module
+from icefjord.demo.benchstats import PhaseResult, Sample, span
+from icefjord.demo.report import (
+    BenchReport,
+    Machine,
+    TableCheck,
+    render_markdown,
+    series_csv,
+    write_report,
+)
+
+pytestmark = pytest.mark.unit
+
+BOUNDS = (1.0, 5.0, 15.0, 30.0, float("inf"))
+
+
+def _samples() -> list[Sample]:
+    """A snapshot (0-10 s), a 1000/s phase (10-70 s) and a max phase (70-130 s)."""
+    out = []
+    applied = fresh_fast = fresh_slow = 0.0
+    source = 0
+    for step in range(66):
+        t = 2.0 * step
+        phase = "snapshot" if t < 10 else ("1,000/s" if t < 70 else "max")
+        if phase == "1,000/s":
+            source += 2000
+            applied += 1900
+            fresh_fast += 1900
+        elif phase == "max":
+            source += 9000
+            applied += 8000
+            fresh_slow += 8000
+        cumulative = (
+            (1.0, fresh_fast),
+            (5.0, fresh_fast),
+            (15.0, fresh_fast),
+            (30.0, fresh_fast + fresh_slow),
+            (float("inf"), fresh_fast + fresh_slow),
+        )
+        files = 3.0 + step % 7
+        out.append(
+            Sample(t, phase, source, applied, applied, cumulative, files, float(step // 20), None)
+        )
+    return out
+
+
+def _report(verified: bool = True) -> BenchReport:
+    samples = _samples()
+
+    def at(t: float) -> Sample:
+        return next(s for s in samples if s.t == t)
+
+    phases = (
+        PhaseResult("snapshot", "snapshot", None, 0.0, 10.0, True, span(at(0), at(10)), 50_000),
+        PhaseResult("1,000/s", "rate", 1000.0, 56.0, 2.0, True, span(at(10), at(68))),
+        PhaseResult("max", "max", None, 56.0, 4.0, True, span(at(70), at(130))),
+    )
+    return BenchReport(
+        command="icefjord bench pipeline --rates 1000",
+        started="2025-01-01T12:00:00+00:00",
+        source="postgres",
+        schema="bench_e2e",
+        machine=Machine(2, (1.5, 1.0, 0.5), (3.25, 2.0, 1.0), "Linux-test", "3.11.9"),
+        phases=phases,
+        samples=tuple(samples),
+        tables=(
+            TableCheck("bench_e2e.customers", 100, 100, True),
+            TableCheck("bench_e2e.orders", 10, 9 if not verified else 10, verified),
+        ),
+        dead_letters=0,
+        verified=verified,
+        notes=("a note",),
+    )
+
+
+def test_markdown_has_goals_phases_machine_and_verdict() -> None:
+    report = _report()
+    text = render_markdown(report, "bench.png", None)
+    goals = text.split("## Goals")[1].split("## Phases")[0]
+    # 50,000 rows in 10 s: missed; the max phase is all above 15 s, so the 1000/s phase is
+    # the fastest within 15 s: missed; 1000/s with every record within 1 s: met.
+    rows = [line for line in goals.splitlines() if line.startswith("| ") and "goal" not in line]
+    assert len(rows) == 3
+    assert "5,000 rows/s" in rows[0] and rows[0].endswith("**missed** |")
+    assert rows[1].endswith("**missed** |") and "in 1,000/s" in rows[1]
+    assert rows[2].endswith("**met** |")
+    assert "| max | max |" in text
+    assert "cores: 2" in text and "3.25 / 2.00 / 1.00" in text
+    assert "`icefjord bench pipeline --rates 1000`" in text
+    assert "every Iceberg table equals its source" in text
+    assert "![freshness and throughput over time](bench.png)" in text
+    assert "- a note" in text
+
+
+def test_markdown_says_when_the_output_is_wrong() -> None:
+    text = render_markdown(_report(verified=False), None, "matplotlib is not installed")
+    assert "VERIFICATION FAILED" in text
+    assert "**DIFFERENT**" in text
+    assert "No chart: matplotlib is not installed" in text and "pip install" in text
+
+
+def test_series_csv_has_one_line_per_window() -> None:
+    samples = _samples()
+    lines = series_csv(samples).splitlines()
+    rows = list(csv.DictReader(io.StringIO(series_csv(samples))))
+    assert len(lines) == len(samples) == len(rows) + 1  # header + one per window
+    row = rows[9]  # the window ending at 20 s, in the 1000/s phase
+    assert row["t_s"] == "20.0" and row["phase"] == "1,000/s"
+    assert float(row["source_per_s"]) == 1000.0 and float(row["applied_per_s"]) == 950.0
+    assert float(row["freshness_p99_s"]) <= 1.0
+    assert rows[0]["freshness_p99_s"] == ""  # no commit in the snapshot's fake windows
+
+
+def test_write_report_draws_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    path, chart = write_report(_report(), tmp_path / "out")
+    assert path == tmp_path / "out" / "report.md"
+    assert chart is not None and chart.stat().st_size > 1000
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "out" / "series.csv").stat().st_size > 0
+    assert "(bench.png)" in path.read_text()
+
+
+def test_write_report_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_matplotlib(report: BenchReport, path: Path) -> None:
+        raise ImportError("No module named 'matplotlib'")
+
+    monkeypatch.setattr(report_module, "plot", no_matplotlib)
+    path, chart = write_report(_report(), tmp_path)
+    assert chart is None and not (tmp_path / "bench.png").exists()
+    assert "pip install 'matplotlib" in path.read_text()
