@@ -34,6 +34,16 @@ demo: install ## The main job: PostgreSQL -> Debezium -> Icefjord -> Iceberg, li
 bench: install ## End-to-end benchmark: snapshot load, fixed rates, maximum; report.md + bench.png
 	$(BIN)/icefjord bench
 
+compiled: install ## The normalizer compiled with mypyc (needs gcc), installed in .icefjord/compiled
+	$(BIN)/pip install --quiet 'setuptools==84.2.1'
+	rm -rf build .icefjord/compiled .icefjord/wheels
+	ICEFJORD_MYPYC=1 $(BIN)/pip wheel --quiet --no-deps --no-build-isolation -w .icefjord/wheels .
+	$(BIN)/pip install --quiet --no-deps --target .icefjord/compiled .icefjord/wheels/icefjord-*.whl
+
+bench-normalize: compiled ## The normalizer's changes/s per process, plain and compiled
+	$(BIN)/icefjord bench normalize
+	cd .icefjord && PYTHONPATH=compiled ../$(BIN)/icefjord bench normalize
+
 lint: install ## ruff and mypy --strict
 	$(BIN)/ruff check $(PY_SOURCES) tests
 	$(BIN)/ruff format --check $(PY_SOURCES) tests
@@ -57,4 +67,4 @@ test-unit: install ## Unit tests only (no external process)
 clean: down ## Stop the stack and delete its local state (.icefjord/)
 	rm -rf .icefjord
 
-.PHONY: help install up down status demo bench lint test test-e2e test-unit clean
+.PHONY: help install up down status demo bench compiled bench-normalize lint test test-e2e test-unit clean

@@ -11,7 +11,7 @@ from icefjord.demo.cli import bench_pipeline_command, demo_command, pipeline_ben
 from icefjord.local.components import Health
 from icefjord.local.settings import LocalSettings
 from icefjord.local.stack import LocalStack, StartError
-from services.cdc_normalizer.bench import InputFormat, bench
+from services.cdc_normalizer.bench import InputFormat, bench, build_kind
 from services.cdc_normalizer.cli import normalize_command
 from services.maintainer.cli import (
     bench_maintain_command,
@@ -125,7 +125,9 @@ def bench_normalize(
         errors.print(f"[red]--format must be json, avro or both, not {fmt!r}[/]")
         raise typer.Exit(2)
     formats: list[InputFormat] = ["json", "avro"] if fmt == "both" else [fmt]  # type: ignore[list-item]
-    table = Table(title=f"cdc-normalizer: {records} Debezium Postgres changes, one process")
+    table = Table(
+        title=f"cdc-normalizer: {records} Debezium Postgres changes, one process, {build_kind()}"
+    )
     for column in ("input", "records", "changes", "seconds", "changes/s"):
         table.add_column(column, justify="right")
     for one in formats:

@@ -332,6 +332,14 @@ def run_bench(
     return BenchResult(fmt, len(records), changes, seconds, tuple(outputs), encoder.schemas())
 
 
+def build_kind() -> str:
+    """Whether the per-record modules run compiled (``make compiled``, see setup.py)."""
+    from services.cdc_normalizer import normalize
+
+    compiled = not (normalize.__file__ or "").endswith(".py")
+    return "compiled with mypyc" if compiled else "plain CPython"
+
+
 def bench(count: int, fmt: InputFormat, *, keep_outputs: bool = False) -> BenchResult:
     """Generate ``count`` messages of ``fmt`` (untimed), then :func:`run_bench` them."""
     return run_bench(generate_messages(count, fmt), fmt, keep_outputs=keep_outputs)

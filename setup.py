@@ -1,0 +1,42 @@
+"""Build hook. Metadata lives in pyproject.toml; this file only adds the compiled build.
+
+With ``ICEFJORD_MYPYC=1`` the cdc-normalizer's per-record modules are compiled with mypyc
+(as black ships its wheels): the same typed Python, about twice as fast per record. It needs
+mypy (a dev dependency), gcc and the Python headers, and ``--no-build-isolation`` so mypy
+sees the installed dependencies:
+
+    ICEFJORD_MYPYC=1 .venv/bin/pip wheel --no-deps --no-build-isolation -w dist .
+
+Without the variable (editable installs, CI) nothing is compiled.
+"""
+
+import os
+
+from setuptools import setup
+
+COMPILED = [
+    f"services/cdc_normalizer/{name}.py"
+    for name in (
+        "avro_decoder",
+        "avro_encoder",
+        "caching",
+        "connect_schema",
+        "converters",
+        "envelope",
+        "logical_types",
+        "normalize",
+        "pipeline",
+        "plan",
+        "position",
+        "table_schema",
+        "temporal",
+    )
+]
+
+ext_modules = []
+if os.environ.get("ICEFJORD_MYPYC") == "1":
+    from mypyc.build import mypycify
+
+    ext_modules = mypycify(COMPILED, opt_level="3")
+
+setup(ext_modules=ext_modules)
