@@ -24,6 +24,7 @@ class WriterMetrics:
     freshness: Histogram
     consumer_lag: Gauge
     commit_conflicts: Counter
+    lease_deferrals: Counter
     commit_retries: Counter
     quarantined_rows: Counter
     dead_letters: Counter
@@ -77,6 +78,12 @@ class WriterMetrics:
             commit_conflicts=Counter(
                 f"{PREFIX}_commit_conflicts_total",
                 "Commits Iceberg refused because of a concurrent commit.",
+                ["table"],
+                registry=registry,
+            ),
+            lease_deferrals=Counter(
+                f"{PREFIX}_lease_deferrals_total",
+                "Commits held back because the maintainer held the table's compaction lease.",
                 ["table"],
                 registry=registry,
             ),

@@ -66,6 +66,7 @@ from shared.events import (
     TopicPartitionOffset,
     Verdict,
 )
+from shared.lease import leased
 
 log = logging.getLogger("services.iceberg_writer")
 
@@ -603,6 +604,11 @@ class Writer:
         self._store.check_epoch(state.name, self.epoch)
         table = self._store.load(state.name)
         assert table is not None
+        if leased(table.properties, int(time.time() * 1000)):
+            # The maintainer is rewriting this table (shared/lease.py): the changes wait in
+            # memory and go in the first commit after the lease.
+            self.metrics.lease_deferrals.labels(state.name).inc()
+            return
         plan = plan_batch(state.name, state.pending, state.truncated_at)
         offsets = {**state.committed, **state.consumed}
         watermark = max(c.source_ts_ms for c in state.pending)
@@ -650,6 +656,9 @@ class Writer:
                 time.sleep(min(5.0, 0.2 * 2**attempt))
                 self._store.check_epoch(state.name, self.epoch)
                 table = self._store.load(state.name) or table
+                if leased(table.properties, int(time.time() * 1000)):
+                    self.metrics.lease_deferrals.labels(state.name).inc()
+                    return  # lost to the maintainer's rewrite: after its lease
         seconds = time.monotonic() - started
         now_ms = time.time() * 1000
         committed_table = self._store.load(state.name)

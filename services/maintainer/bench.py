@@ -39,6 +39,7 @@ from services.maintainer.policy import MaintenancePolicy
 from services.maintainer.service import HealthBoard, MaintainerService
 from shared.catalog import catalog_properties, open_catalog
 from shared.events import CommitDone, ControlEvent, MaintenanceRequest, MaintenanceResult
+from shared.lease import leased
 
 __all__ = [
     "BenchConfig",
@@ -250,6 +251,7 @@ def run_bench(
             catalog=settings.catalog.name,
             max_attempts=settings.max_attempts,
             retry_delay_s=settings.retry_delay_s,
+            lease_s=settings.compaction_lease_s,
             stop=stop,
         )
     )
@@ -279,6 +281,11 @@ def run_bench(
                 for k in keys
             ]
             begin, conflicts = time.time(), 0
+            # Like iceberg-writer: no commit while the maintainer holds the lease (the wait
+            # counts in this commit's latency).
+            while leased(catalog.load_table(table).properties, int(time.time() * 1000)):
+                if stop.wait(0.2):
+                    return
             while True:
                 try:
                     _merge(spark, table, rows)

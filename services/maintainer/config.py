@@ -92,6 +92,12 @@ class MaintainerSettings(ServiceSettings):
         default=3, ge=1, description="Runs of one action when Iceberg reports conflicts."
     )
     retry_delay_s: float = Field(default=2.0, ge=0, description="First pause between runs.")
+    compaction_lease_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="Longest time the writer holds back a table's commits while it is being "
+        "rewritten (shared/lease.py); 0: no lease, rewrites race the writer and retry.",
+    )
     orphan_floor_s: float = Field(
         default=3600.0,
         ge=0,

@@ -20,7 +20,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -30,6 +31,8 @@ from services.maintainer.inspect import UnknownTableError
 from services.maintainer.policy import MaintenancePolicy
 from services.maintainer.procedures import (
     expire_snapshots_sql,
+    lease_sql,
+    release_lease_sql,
     remove_orphan_files_sql,
     rewrite_data_files_sql,
     rewrite_manifests_sql,
@@ -168,6 +171,7 @@ class MaintenanceExecutor:
         max_attempts: int = 3,
         retry_delay_s: float = 2.0,
         orphan_floor_ms: int = 3600 * 1000,
+        lease_s: float = 0.0,
         clock: Callable[[], float] = time.time,
         stop: threading.Event | None = None,
     ) -> None:
@@ -177,6 +181,7 @@ class MaintenanceExecutor:
         self._max_attempts = max(max_attempts, 1)
         self._retry_delay_s = retry_delay_s
         self._orphan_floor_ms = orphan_floor_ms
+        self._lease_s = lease_s
         self._clock = clock
         self._stop = stop or threading.Event()
 
@@ -259,10 +264,11 @@ class MaintenanceExecutor:
             # this Iceberg only logs it, and a rewrite that lost every race looks like one
             # that had nothing to do.
             options.setdefault("partial-progress.max-failed-commits", 0)
-        outcome = self._attempts(
-            lambda: render(self._catalog, checked.table, checked.scope, options),
-            failed_key="failed_data_files_count" if is_compaction else None,
-        )
+        with self._lease(checked.table):
+            outcome = self._attempts(
+                lambda: render(self._catalog, checked.table, checked.scope, options),
+                failed_key="failed_data_files_count" if is_compaction else None,
+            )
         after = self._inspector.inspect(checked.table)
         files_before, bytes_before = _files(before, content)
         files_after, bytes_after = _files(after, content)
@@ -294,6 +300,23 @@ class MaintenanceExecutor:
             message=message + _retries(outcome),
             error=error,
         )
+
+    @contextmanager
+    def _lease(self, table: TableId) -> Iterator[None]:
+        """Hold the compaction lease (``shared.lease``) around a rewrite, if configured: the
+        writer holds back its commits to ``table`` until it is released or runs out."""
+        if self._lease_s <= 0:
+            yield
+            return
+        until = self._now_ms() + int(self._lease_s * 1000)
+        self._runner.sql(lease_sql(self._catalog, table, until))
+        try:
+            yield
+        finally:
+            try:
+                self._runner.sql(release_lease_sql(self._catalog, table))
+            except Exception:  # it runs out by itself at `until`
+                log.warning("could not release the compaction lease", exc_info=True)
 
     def _attempts(self, statement: Callable[[], str], failed_key: str | None = None) -> _Outcome:
         """Run the statement up to ``max_attempts`` times: again after a conflict, and again

@@ -12,9 +12,12 @@ from datetime import UTC, datetime
 
 from services.maintainer.identifiers import PartitionFilter, TableId, quote_identifier, sql_string
 from services.maintainer.requests import OptionValue, render_option
+from shared.lease import LEASE_PROPERTY
 
 __all__ = [
     "expire_snapshots_sql",
+    "lease_sql",
+    "release_lease_sql",
     "remove_orphan_files_sql",
     "rewrite_data_files_sql",
     "rewrite_manifests_sql",
@@ -80,6 +83,22 @@ def rewrite_position_deletes_sql(
         catalog,
         "rewrite_position_delete_files",
         [_table_arg(table), _options_arg(options), where],
+    )
+
+
+def lease_sql(catalog: str, table: TableId, until_ms: int) -> str:
+    """Take the compaction lease (``shared.lease``) until Unix time ``until_ms``."""
+    return (
+        f"ALTER TABLE {table.quoted(catalog)} SET TBLPROPERTIES "
+        f"({sql_string(LEASE_PROPERTY)} = {sql_string(str(int(until_ms)))})"
+    )
+
+
+def release_lease_sql(catalog: str, table: TableId) -> str:
+    """Give the compaction lease back."""
+    return (
+        f"ALTER TABLE {table.quoted(catalog)} UNSET TBLPROPERTIES IF EXISTS "
+        f"({sql_string(LEASE_PROPERTY)})"
     )
 
 

@@ -455,6 +455,7 @@ def build_service(
         max_attempts=settings.max_attempts,
         retry_delay_s=settings.retry_delay_s,
         orphan_floor_ms=int(settings.orphan_floor_s * 1000),
+        lease_s=settings.compaction_lease_s,
         clock=clock,
         stop=stop,
     )

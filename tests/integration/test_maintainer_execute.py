@@ -26,6 +26,7 @@ from services.maintainer.policy import MaintenancePolicy
 from shared.catalog import open_catalog
 from shared.events import MaintenanceAction, MaintenanceRequest, MaintenanceResult
 from shared.events import MaintenanceStatus as Status
+from shared.lease import LEASE_PROPERTY, leased
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -377,3 +378,95 @@ def test_no_lost_duplicated_or_resurrected_row_under_a_running_writer(
         f"writer conflicts {stats['conflicts']}, "
         f"maintenance results {[(r.action.value, r.status.value) for r in results]}"
     )
+
+
+def test_with_the_lease_compaction_wins_against_updates_spread_over_every_file(
+    stack: Stack, spark: Any, namespace: str
+) -> None:
+    """Updates spread evenly over the table delete rows in nearly every data file at every
+    commit, so an uncoordinated rewrite keeps losing to them. With the compaction lease
+    (shared/lease.py) honoured by the writer, as iceberg-writer does, every compaction
+    commits, the writer goes on afterwards, and the table equals the writer's model."""
+    table = f"{namespace}.spread"
+    create_table(spark, table, 3)
+    model: dict[int, tuple[str, str]] = {k: (region(k), "v0") for k in range(120)}
+    append(spark, table, [(k, r, v) for k, (r, v) in model.items()], {"changes:0": 120})
+    catalog = open_catalog(stack.catalog)
+    leased_executor = MaintenanceExecutor(
+        SparkProcedureRunner(spark),
+        TableInspector(catalog),
+        catalog=stack.catalog.name,
+        retry_delay_s=0.5,
+        max_attempts=4,
+        lease_s=60.0,
+    )
+    stop = threading.Event()
+    stats = {"commits": 0, "conflicts": 0, "lease_waits": 0}
+    failure: list[BaseException] = []
+
+    def writer() -> None:
+        rng = random.Random(5)
+        step = 0
+        try:
+            while not stop.is_set():
+                while leased(catalog.load_table(table).properties, int(time.time() * 1000)):
+                    stats["lease_waits"] += 1
+                    if stop.wait(0.1):
+                        return
+                step += 1
+                # One key from every tenth of the key space: every file gets a delete.
+                keys = [tenth * 12 + rng.randrange(12) for tenth in range(10)]
+                changes = [(k, None if rng.random() < 0.2 else f"w{step}") for k in keys]
+                for _attempt in range(20):
+                    try:
+                        merge(spark, table, changes)
+                        break
+                    except Exception as exc:  # lost a race to a rewrite in flight: again
+                        if "ValidationException" not in str(exc) and "CommitFailed" not in str(exc):
+                            raise
+                        stats["conflicts"] += 1
+                else:
+                    raise AssertionError(f"batch {step} never committed")
+                for key, value in changes:
+                    if value is None:
+                        model.pop(key, None)
+                    else:
+                        model[key] = (region(key), value)
+                stats["commits"] += 1
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=writer, name="writer", daemon=True)
+    thread.start()
+    results: list[MaintenanceResult] = []
+    try:
+        for _round in range(3):
+            time.sleep(4)
+            if failure:
+                break
+            results.append(
+                leased_executor.execute(
+                    request(
+                        table,
+                        MaintenanceAction.COMPACT_DATA_FILES,
+                        **{"min-input-files": "2", "partial-progress.enabled": "true"},
+                    ),
+                    MaintenancePolicy(),
+                )
+            )
+        commits_after_maintenance = stats["commits"]
+        time.sleep(3)
+    finally:
+        stop.set()
+        thread.join(timeout=120)
+    assert not failure, failure
+    assert len(results) == 3
+    for result in results:
+        assert result.status is Status.SUCCEEDED, results
+        assert result.files_before is not None and result.files_after is not None
+        assert result.files_after < result.files_before, result
+    assert stats["lease_waits"] > 0, "the writer never met the lease: it proved nothing"
+    assert stats["commits"] > commits_after_maintenance, "the writer did not go on afterwards"
+    assert LEASE_PROPERTY not in catalog.load_table(table).properties
+    assert contents(spark, table) == model
+    print(f"\nlease: writer {stats}, results {[(r.status.value, r.message) for r in results]}")

@@ -356,3 +356,63 @@ def test_conflict_classification_and_summary() -> None:
     assert not is_conflict(RuntimeError("AnalysisException: table not found"))
     assert error_summary(ValueError("plain")) == "ValueError: plain"
     assert len(error_summary(ValueError("x" * 1000))) == 500
+
+
+# -- the compaction lease ---------------------------------------------------------------------
+
+LEASE_SET = (
+    "ALTER TABLE `icefjord`.`shop`.`orders` SET TBLPROPERTIES "
+    f"('icefjord.maintenance.lease-until-ms' = '{NOW_MS + 30_000}')"
+)
+LEASE_UNSET = (
+    "ALTER TABLE `icefjord`.`shop`.`orders` UNSET TBLPROPERTIES IF EXISTS "
+    "('icefjord.maintenance.lease-until-ms')"
+)
+
+
+@pytest.mark.parametrize("action", [A.COMPACT_DATA_FILES, A.REWRITE_POSITION_DELETES])
+def test_a_rewrite_holds_the_lease_around_every_attempt(action: A) -> None:
+    runner = FakeRunner([], CONFLICT, [{"rewritten_data_files_count": 3}], [])
+    result = executor(runner, FakeInspector(inspection()), lease_s=30).execute(
+        request(action), MaintenancePolicy()
+    )
+    assert result.status is not MaintenanceStatus.FAILED, result
+    assert runner.statements[0] == LEASE_SET
+    assert runner.statements[-1] == LEASE_UNSET
+    assert len(runner.statements) == 4  # lease, conflict, retry, release
+    assert all("CALL" in s for s in runner.statements[1:3])
+
+
+def test_the_lease_is_released_when_the_rewrite_fails() -> None:
+    runner = FakeRunner([], RuntimeError("AnalysisException: no such procedure"), [])
+    result = executor(runner, FakeInspector(inspection()), lease_s=30).execute(
+        request(), MaintenancePolicy()
+    )
+    assert result.status is MaintenanceStatus.FAILED
+    assert runner.statements[-1] == LEASE_UNSET
+
+
+def test_a_lease_that_cannot_be_released_runs_out_by_itself() -> None:
+    runner = FakeRunner(
+        [], [{"rewritten_data_files_count": 3}], RuntimeError("catalog unreachable")
+    )
+    result = executor(runner, FakeInspector(inspection()), lease_s=30).execute(
+        request(), MaintenancePolicy()
+    )
+    assert result.status is MaintenanceStatus.SUCCEEDED  # the rewrite itself committed
+    assert runner.statements[-1] == LEASE_UNSET
+
+
+@pytest.mark.parametrize("action", [A.EXPIRE_SNAPSHOTS, A.REWRITE_MANIFESTS, A.REMOVE_ORPHAN_FILES])
+def test_actions_that_do_not_rewrite_data_take_no_lease(action: A) -> None:
+    runner = FakeRunner()
+    executor(runner, FakeInspector(inspection()), lease_s=30).execute(
+        request(action), MaintenancePolicy()
+    )
+    assert not any("TBLPROPERTIES" in s for s in runner.statements)
+
+
+def test_no_lease_when_it_is_switched_off() -> None:
+    runner = FakeRunner([{"rewritten_data_files_count": 3}])
+    executor(runner, FakeInspector(inspection()), lease_s=0).execute(request(), MaintenancePolicy())
+    assert len(runner.statements) == 1 and "CALL" in runner.statements[0]

@@ -1,0 +1,40 @@
+"""The compaction lease: how the maintainer and iceberg-writer take turns on one table.
+
+A data-file rewrite cannot commit when the writer has meanwhile deleted rows (deletion
+vectors or position deletes) in a file being rewritten: Iceberg rejects the rewrite. Under
+updates spread evenly over a table nearly every writer commit does that, so a compaction
+retried without coordination can lose every race. The maintainer therefore holds a lease
+while it rewrites: the table property :data:`LEASE_PROPERTY` carries the Unix time in ms
+until which the writer holds back its commits to that table (it keeps reading; changes
+wait in memory and go in the first commit after the lease). The lease ends when the
+maintainer removes the property, or by itself at that time if the maintainer dies.
+
+Why a table property rather than a control event: it is read in the same catalog load the
+writer makes before every commit anyway (the epoch check), so there is no ordering question
+between a Kafka topic and the catalog, and no acknowledgement to wait for; and it outlives
+restarts of either service without any state of their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+LEASE_PROPERTY = "icefjord.maintenance.lease-until-ms"
+
+
+def lease_until_ms(properties: Mapping[str, str]) -> int | None:
+    """The lease's end in the table's properties; None when there is none or it is unreadable
+    (an unreadable lease must not stop the writer)."""
+    raw = properties.get(LEASE_PROPERTY)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None
+
+
+def leased(properties: Mapping[str, str], now_ms: int) -> bool:
+    """True while a lease in ``properties`` has not yet run out at ``now_ms``."""
+    until = lease_until_ms(properties)
+    return until is not None and until > now_ms
