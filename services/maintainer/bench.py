@@ -38,7 +38,13 @@ from services.maintainer.metrics import MaintainerMetrics
 from services.maintainer.policy import MaintenancePolicy
 from services.maintainer.service import HealthBoard, MaintainerService
 from shared.catalog import catalog_properties, open_catalog
-from shared.events import CommitDone, ControlEvent, MaintenanceRequest, MaintenanceResult
+from shared.events import (
+    CommitDone,
+    ControlEvent,
+    MaintenanceRequest,
+    MaintenanceResult,
+    MaintenanceStatus,
+)
 from shared.lease import leased
 
 __all__ = [
@@ -432,6 +438,13 @@ def render(report: BenchReport, console: Console) -> None:
     for label, value in rows:
         summary.add_row(label, value)
     console.print(summary)
+    failures: dict[str, int] = {}
+    for _, _, result in report.actions:
+        if result.status is MaintenanceStatus.FAILED:
+            why = f"{result.action.value}: {(result.error or result.message or '?')[:240]}"
+            failures[why] = failures.get(why, 0) + 1
+    for why, count in sorted(failures.items()):
+        console.print(f"[yellow]{count} x {why}[/]")
     timeline = Table(title="the table over time")
     for column in ("t (s)", "max files/partition", "data files", "delete files", "snapshots"):
         timeline.add_column(column, justify="right")

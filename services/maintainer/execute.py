@@ -242,7 +242,12 @@ class MaintenanceExecutor:
         if action is MaintenanceAction.REMOVE_ORPHAN_FILES:
             return self._orphans(checked, policy, result)
         if action is MaintenanceAction.REWRITE_MANIFESTS:
-            outcome = self._attempts(lambda: rewrite_manifests_sql(self._catalog, checked.table))
+            # The writer's commits merge manifests too, so a manifest rewrite also needs
+            # the table to itself for a moment.
+            with self._lease(checked.table):
+                outcome = self._attempts(
+                    lambda: rewrite_manifests_sql(self._catalog, checked.table)
+                )
             after = self._inspector.inspect(checked.table)
             done = outcome.counters.get("rewritten_manifests_count", 0)
             return result(

@@ -370,7 +370,9 @@ LEASE_UNSET = (
 )
 
 
-@pytest.mark.parametrize("action", [A.COMPACT_DATA_FILES, A.REWRITE_POSITION_DELETES])
+@pytest.mark.parametrize(
+    "action", [A.COMPACT_DATA_FILES, A.REWRITE_POSITION_DELETES, A.REWRITE_MANIFESTS]
+)
 def test_a_rewrite_holds_the_lease_around_every_attempt(action: A) -> None:
     runner = FakeRunner([], CONFLICT, [{"rewritten_data_files_count": 3}], [])
     result = executor(runner, FakeInspector(inspection()), lease_s=30).execute(
@@ -403,8 +405,8 @@ def test_a_lease_that_cannot_be_released_runs_out_by_itself() -> None:
     assert runner.statements[-1] == LEASE_UNSET
 
 
-@pytest.mark.parametrize("action", [A.EXPIRE_SNAPSHOTS, A.REWRITE_MANIFESTS, A.REMOVE_ORPHAN_FILES])
-def test_actions_that_do_not_rewrite_data_take_no_lease(action: A) -> None:
+@pytest.mark.parametrize("action", [A.EXPIRE_SNAPSHOTS, A.REMOVE_ORPHAN_FILES])
+def test_actions_that_only_remove_take_no_lease(action: A) -> None:
     runner = FakeRunner()
     executor(runner, FakeInspector(inspection()), lease_s=30).execute(
         request(action), MaintenancePolicy()
