@@ -79,6 +79,8 @@ def run(settings: WriterSettings, stop: threading.Event) -> None:
         if settings.create_topics:
             create_topics(settings.kafka, settings.topic_requests(), "create writer topics", stop)
         writer = build_writer(settings, registry)
+        if settings.warm_up:
+            writer.warm_up()
         retry(
             lambda: writer.start(),
             what="read the control topic",

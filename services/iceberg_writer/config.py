@@ -130,6 +130,11 @@ class WriterSettings(ServiceSettings):
         description="Fault injection for tests: exit abruptly (no cleanup) right after this "
         "many Iceberg commits, before their CommitDone is published.",
     )
+    warm_up: bool = Field(
+        default=True,
+        description="Run one append and one MERGE on a throwaway table at start, before "
+        "reporting ready, so the first real commits are not 20-30 s slower.",
+    )
     metadata_refresh_ms: int = Field(
         default=5000, ge=100, description="How often new change topics are discovered."
     )

@@ -78,7 +78,8 @@ def quote(name: str) -> str:
     return f"`{name}`"
 
 
-def _literal(value: str) -> str:
+def sql_literal(value: str) -> str:
+    """A Spark SQL string literal of ``value``, escaped."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
@@ -252,7 +253,9 @@ class TableStore:
             partition = (
                 f" PARTITIONED BY ({', '.join(partition_sql(p) for p in config.partition_by)})"
             )
-        props = ", ".join(f"{_literal(k)}={_literal(v)}" for k, v in sorted(properties.items()))
+        props = ", ".join(
+            f"{sql_literal(k)}={sql_literal(v)}" for k, v in sorted(properties.items())
+        )
         self._spark.sql(
             f"CREATE TABLE IF NOT EXISTS {self.sql_name(table)} ({columns}) USING iceberg"
             f"{partition} TBLPROPERTIES ({props})"
@@ -266,7 +269,9 @@ class TableStore:
         return loaded
 
     def set_properties(self, table: str, properties: Mapping[str, str]) -> None:
-        props = ", ".join(f"{_literal(k)}={_literal(v)}" for k, v in sorted(properties.items()))
+        props = ", ".join(
+            f"{sql_literal(k)}={sql_literal(v)}" for k, v in sorted(properties.items())
+        )
         self._spark.sql(f"ALTER TABLE {self.sql_name(table)} SET TBLPROPERTIES ({props})")
 
     def claim(self, table: str, epoch: int) -> None:

@@ -43,6 +43,7 @@ from services.iceberg_writer.config import WriterSettings
 from services.iceberg_writer.metrics import WriterMetrics
 from services.iceberg_writer.tables import (
     COMMIT_ID,
+    DEFAULT_PROPERTIES,
     EPOCH,
     OFFSETS,
     TRUNCATED_AT,
@@ -162,6 +163,17 @@ class Writer:
         log.info(
             "writer subscribed", extra={"pattern": self.settings.topic_pattern, "epoch": self.epoch}
         )
+
+    def warm_up(self) -> None:
+        """Run Spark's write paths once on a throwaway table (``BatchWriter.warm_up``), so the
+        first real commits do not pay for the JVM's first MERGE. Best effort: a failure only
+        means slower first commits."""
+        try:
+            seconds = self._batch_writer.warm_up(DEFAULT_PROPERTIES)
+        except Exception as exc:
+            log.warning("warm-up failed, first commits will be slower", extra={"error": str(exc)})
+            return
+        log.info("spark warmed up", extra={"seconds": round(seconds, 1)})
 
     def _replay_control(self, timeout_s: float) -> None:
         topic = self.settings.control_topic

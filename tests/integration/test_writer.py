@@ -259,3 +259,21 @@ def publish_schema_change(stack: Stack, topic: str, change: SchemaChange) -> Non
     )
     publisher.publish(ControlEvent.new(change.table, change, "test"))
     publisher.flush()
+
+
+def test_the_warm_up_runs_both_write_paths_and_leaves_no_trace(
+    stack: Stack, spark: Any, tmp_path: Any
+) -> None:
+    """BatchWriter.warm_up appends and MERGEs on a table in a session-only Hadoop catalog:
+    the real catalog's namespaces are unchanged and the staging directory is empty after."""
+    from services.iceberg_writer.apply import BatchWriter
+    from services.iceberg_writer.tables import DEFAULT_PROPERTIES
+    from shared.catalog import open_catalog
+
+    catalog = open_catalog(stack.catalog)
+    before = set(catalog.list_namespaces())
+    staging = tmp_path / "staging"
+    writer = BatchWriter(spark, str(staging))
+    writer.warm_up(DEFAULT_PROPERTIES)  # raises if the append or the MERGE fails
+    assert set(catalog.list_namespaces()) == before
+    assert list(staging.iterdir()) == []
