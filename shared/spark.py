@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import logging
+import os
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -39,6 +40,10 @@ def build_spark_session(
         raise FileNotFoundError(
             f"no Spark jars match {spark.jars}; run `icefjord local up` to fetch them"
         )
+    if spark.master.startswith("local"):
+        # One machine: bind the driver to loopback rather than warn on every start that the
+        # hostname resolves there. Executors elsewhere (Kubernetes) need the real address.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = (
         SparkSession.builder.appName(app_name)
         .master(spark.master)
