@@ -123,11 +123,16 @@ class KafkaBroker:
         java = _java()
         if not (data / "meta.properties").exists():
             # KRaft log dirs are formatted once; the cluster id then lives on disk.
-            subprocess.run(
+            formatted = subprocess.run(
                 [java, "-cp", self._classpath(), "kafka.tools.StorageTool", "format",
-                 "-t", _new_cluster_id(), "-c", str(config)],
-                check=True, capture_output=True, text=True,
+                 f"--cluster-id={_new_cluster_id()}", "-c", str(config)],
+                capture_output=True, text=True,
             )  # fmt: skip
+            if formatted.returncode != 0:
+                raise RuntimeError(
+                    f"kafka-storage format exited {formatted.returncode}: "
+                    f"{(formatted.stderr or formatted.stdout).strip()[-2000:]}"
+                )
         self.process.start(
             [
                 java,
@@ -163,8 +168,15 @@ class KafkaBroker:
 
 
 def _new_cluster_id() -> str:
-    """A Kafka cluster id: 16 random bytes in URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A Kafka cluster id: 16 random bytes in URL-safe base64 without padding.
+
+    Like Kafka's own ``Uuid.randomUuid``, never one that starts with ``-``: the storage
+    tool's argument parser would read it as an option (one start in 64 failed so).
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 class ApicurioRegistry:

@@ -27,6 +27,7 @@ from deploycheck.kubernetes import renderer  # noqa: E402
 COPIED = (
     "docker-compose.yml",
     "pyproject.toml",
+    "setup.py",
     "README.md",
     ".gitignore",
     ".dockerignore",
