@@ -53,6 +53,7 @@ __all__ = [
     "CommitTiming",
     "Sample",
     "latency_split",
+    "overlaps",
     "percentile",
     "render",
     "run_and_render",
@@ -115,6 +116,8 @@ class BenchReport:
     actions: tuple[tuple[float, float, MaintenanceResult], ...]
     samples: tuple[Sample, ...]
     errors: tuple[str, ...] = field(default=())
+    started: float = 0.0
+    """Wall-clock time (s) the stream began; commits and actions are timed on that clock."""
 
     @property
     def conflicts(self) -> int:
@@ -134,6 +137,11 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[rank - 1]
 
 
+def overlaps(commit: CommitTiming, intervals: Sequence[tuple[float, float]]) -> bool:
+    """Whether ``commit`` ran while any of the (start, end) ``intervals`` did."""
+    return any(commit.started < end and start < commit.finished for start, end in intervals)
+
+
 def latency_split(
     commits: Iterable[CommitTiming], busy: Iterable[tuple[float, float]]
 ) -> tuple[list[float], list[float]]:
@@ -142,8 +150,7 @@ def latency_split(
     during: list[float] = []
     outside: list[float] = []
     for commit in commits:
-        overlaps = any(commit.started < end and start < commit.finished for start, end in intervals)
-        (during if overlaps else outside).append(commit.seconds)
+        (during if overlaps(commit, intervals) else outside).append(commit.seconds)
     return during, outside
 
 
@@ -377,6 +384,7 @@ def run_bench(
         actions=tuple(executor.actions),
         samples=tuple(samples),
         errors=tuple(errors),
+        started=started,
     )
 
 
@@ -463,9 +471,17 @@ def render(report: BenchReport, console: Console) -> None:
         console.print(f"[red]{error}[/]")
 
 
-def run_and_render(config: BenchConfig, *, keep: bool, console: Console) -> bool:
-    """Start Spark with the maintainer's settings, run the benchmark, print the report;
-    return False when something went wrong (listed in the report)."""
+def run_and_render(
+    config: BenchConfig,
+    *,
+    keep: bool,
+    console: Console,
+    out: Path | None = None,
+    latency_target_s: float = 10.0,
+) -> bool:
+    """Start Spark with the maintainer's settings, run the benchmark, print the report and,
+    with ``out``, write its CSV files and chart there; return False when something went
+    wrong (listed in the report)."""
     from shared.spark import build_spark_session
 
     settings = MaintainerSettings()
@@ -481,4 +497,9 @@ def run_and_render(config: BenchConfig, *, keep: bool, console: Console) -> bool
     finally:
         spark.stop()
     render(report, console)
+    if out is not None:
+        from services.maintainer.bench_chart import write_outputs
+
+        for path in write_outputs(report, out, latency_target_s):
+            console.print(f"wrote {path}")
     return not report.errors

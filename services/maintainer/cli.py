@@ -25,6 +25,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -583,6 +584,13 @@ def bench_maintain_command(
     ] = 3,
     sample_every: Annotated[float, typer.Option(min=1, help="Seconds between samples.")] = 10.0,
     keep: Annotated[bool, typer.Option(help="Keep the table afterwards.")] = False,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Directory for samples.csv, commits.csv and the chart bench.png."),
+    ] = None,
+    target: Annotated[
+        float, typer.Option(min=0.1, help="Commit latency target drawn on the chart (s).")
+    ] = 10.0,
 ) -> None:
     """Stream small MERGE commits for MINUTES under the maintainer's policies; report files
     per partition over time and commit latency during maintenance (Spark + catalog only)."""
@@ -597,5 +605,5 @@ def bench_maintain_command(
         keys=max(rows * 100, 1000),
         sample_interval_s=sample_every,
     )
-    if not run_and_render(config, keep=keep, console=_console()):
+    if not run_and_render(config, keep=keep, console=_console(), out=out, latency_target_s=target):
         raise typer.Exit(1)
