@@ -500,6 +500,9 @@ def run_and_render(
     if out is not None:
         from services.maintainer.bench_chart import write_outputs
 
-        for path in write_outputs(report, out, latency_target_s):
+        written = write_outputs(report, out, latency_target_s)
+        for path in written:
             console.print(f"wrote {path}")
+        if out / "bench.png" not in written:
+            console.print("[yellow]no chart: matplotlib is missing (pip install -e '.[bench]')[/]")
     return not report.errors

@@ -74,16 +74,21 @@ def plot(report: BenchReport, path: Path, latency_target_s: float) -> None:
     t0 = report.started
     fig, (files, latency) = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
     t = [s.elapsed_s for s in report.samples]
-    files.step(t, [s.partition_files_max for s in report.samples], where="post", label="fullest")
+    files.step(
+        t,
+        [s.partition_files_max for s in report.samples],
+        where="post",
+        label="data files, fullest partition",
+    )
     files.step(
         t,
         [s.delete_files for s in report.samples],
         where="post",
         color="tab:orange",
-        label="delete files",
+        label="delete files, whole table",
     )
     files.axhline(FILES_GOAL, color="red", linestyle=":", label=f"{FILES_GOAL} files goal")
-    files.set_ylabel("files (fullest partition)")
+    files.set_ylabel("files")
     files.legend(loc="upper left", fontsize=8)
     latency.plot(
         [c.started - t0 for c in report.commits],
@@ -97,23 +102,15 @@ def plot(report: BenchReport, path: Path, latency_target_s: float) -> None:
     )
     latency.set_ylabel("seconds")
     latency.set_xlabel("seconds since the benchmark started")
-    latency.legend(loc="upper left", fontsize=8)
     kinds = sorted({result.action.value for _, _, result in report.actions})
     palette = ("tab:green", "tab:purple", "tab:olive", "tab:brown", "tab:gray", "tab:pink")
     colours = {kind: palette[i % len(palette)] for i, kind in enumerate(kinds)}
     for start, end, result in report.actions:
         for axis in (files, latency):
-            axis.axvspan(
-                start - t0, end - t0, color=colours.get(result.action.value, "gray"), alpha=0.25
-            )
-    handles = [Patch(color=colours[kind], alpha=0.25, label=kind) for kind in kinds]
-    if handles:
-        latency.legend(
-            [*latency.get_legend_handles_labels()[0], *handles],
-            [*latency.get_legend_handles_labels()[1], *kinds],
-            loc="upper right",
-            fontsize=8,
-        )
+            axis.axvspan(start - t0, end - t0, color=colours[result.action.value], alpha=0.25)
+    handles, labels = latency.get_legend_handles_labels()
+    handles += [Patch(color=colours[kind], alpha=0.25) for kind in kinds]
+    latency.legend(handles, [*labels, *kinds], loc="upper right", fontsize=8)
     config = report.config
     fig.suptitle(
         f"maintainer bench: MERGE of {config.rows_per_commit} changes every "
