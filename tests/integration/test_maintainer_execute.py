@@ -440,7 +440,11 @@ def test_with_the_lease_compaction_wins_against_updates_spread_over_every_file(
     thread.start()
     results: list[MaintenanceResult] = []
     try:
-        for _round in range(3):
+        # Three rounds at least; more (up to six) while the writer has not yet met a lease:
+        # on a loaded machine one MERGE can outlast a whole rewrite.
+        for _round in range(6):
+            if len(results) >= 3 and stats["lease_waits"] > 0:
+                break
             time.sleep(4)
             if failure:
                 break
@@ -460,7 +464,7 @@ def test_with_the_lease_compaction_wins_against_updates_spread_over_every_file(
         stop.set()
         thread.join(timeout=120)
     assert not failure, failure
-    assert len(results) == 3
+    assert len(results) >= 3
     for result in results:
         assert result.status is Status.SUCCEEDED, results
         assert result.files_before is not None and result.files_after is not None
