@@ -44,6 +44,8 @@ ACTION_PRIORITY: Mapping[MaintenanceAction, int] = {
 """Tie-break between equally pressing candidates: smaller runs first. Compaction comes
 first because readers and the file count suffer most from small files."""
 
+DANGLING_DELETES_OPTION = "remove-dangling-deletes"
+
 COMPACTION_OPTIONS: Mapping[str, str] = {
     # Commit file groups one by one: a group that conflicts with the writer is dropped
     # alone, the others stay committed.
@@ -52,8 +54,10 @@ COMPACTION_OPTIONS: Mapping[str, str] = {
     # ...but raise when one did, so the executor retries instead of reporting nothing done.
     "partial-progress.max-failed-commits": "0",
     # Compaction applies position deletes to the files it rewrites; without this the
-    # delete files stay live (dangling) until a separate delete rewrite.
-    "remove-dangling-deletes": "true",
+    # delete files stay live (dangling) until a separate delete rewrite. Format v2 only:
+    # a v3 deletion vector belongs to one data file and goes with it in the rewrite, so
+    # the extra Spark job (a scan of the delete entries) would find nothing, inside the lease.
+    DANGLING_DELETES_OPTION: "true",
 }
 # All or nothing: delete files are small and quick to rewrite, and without partial progress
 # a conflict raises instead of being logged and ignored.
@@ -228,6 +232,8 @@ def _compaction(health: TableHealth, policy: MaintenancePolicy) -> Candidate | N
     pressure, name, _ = max(pressures)
     concerned = small + [p for p in deleted if p not in small]
     options = dict(COMPACTION_OPTIONS)
+    if health.format_version >= 3:
+        del options[DANGLING_DELETES_OPTION]
     if deleted:
         options["delete-ratio-threshold"] = str(policy.compact_delete_ratio)
     return Candidate(

@@ -204,3 +204,13 @@ def test_disabled_policy_and_overrides() -> None:
         MaintenancePolicy(compact_delete_ratio=0)
     with pytest.raises(ValueError):
         MaintenancePolicy(expire_retain_last=0)
+
+
+def test_dangling_deletes_are_removed_only_where_they_can_dangle() -> None:
+    figures = {"data_files": 150, "small_files": 150, "data_records": 1000}
+    v2 = actions(health(part(**figures)))[MaintenanceAction.COMPACT_DATA_FILES]
+    v3 = actions(health(part(**figures), format_version=3))[MaintenanceAction.COMPACT_DATA_FILES]
+    # A v3 deletion vector goes with its data file in the rewrite; v2 delete files may not.
+    assert v2.options["remove-dangling-deletes"] == "true"
+    assert "remove-dangling-deletes" not in v3.options
+    assert v3.options["partial-progress.enabled"] == "true"
