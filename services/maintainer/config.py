@@ -98,6 +98,13 @@ class MaintainerSettings(ServiceSettings):
         description="Longest time the writer holds back a table's commits while it is being "
         "rewritten (shared/lease.py); 0: no lease, rewrites race the writer and retry.",
     )
+    compaction_lease_settle_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="Once it holds the lease, wait at most this long for a writer commit "
+        "already in flight to land before rewriting (less when the writer's recent commits "
+        "were quicker); 0: start at once.",
+    )
     orphan_floor_s: float = Field(
         default=3600.0,
         ge=0,

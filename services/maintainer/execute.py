@@ -10,6 +10,12 @@ be wrong (a rewrite of a file that just got new position deletes; the writer's d
 against a file a rewrite just removed). Such a rejection is a *conflict*: the executor
 retries the action a bounded number of times, and data rewrites run with partial progress,
 so file groups that committed stay committed and only the conflicting ones are redone.
+With the compaction lease (``shared.lease``) the executor also keeps the writer's wait short:
+it first lets a writer commit already in flight land (:meth:`MaintenanceExecutor._settle`),
+so the rewrite does not start from a snapshot that commit is about to invalidate, and it
+rewrites a partitioned table one partition per lease, handing the table back to the writer
+between two (:meth:`MaintenanceExecutor._hand_over`), so the writer's held commit waits for
+one partition instead of the whole table.
 Expiry keeps the latest snapshot carrying ``icefjord.offsets``: the cutoff is clamped to
 that snapshot's commit time (Iceberg expires only snapshots strictly older), read from a
 fresh inspection just before the call, and checked again after it.
@@ -23,10 +29,16 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
-from services.maintainer.health import FileContent, TableInspection
-from services.maintainer.identifiers import TableId
+from services.maintainer.health import FileContent, TableInspection, compute_health
+from services.maintainer.identifiers import (
+    MalformedFilterError,
+    PartitionFilter,
+    TableId,
+    parse_filter,
+)
 from services.maintainer.inspect import UnknownTableError
 from services.maintainer.policy import MaintenancePolicy
 from services.maintainer.procedures import (
@@ -44,6 +56,7 @@ from shared.events import MaintenanceStatus as Status
 
 __all__ = [
     "CONFLICT_MARKERS",
+    "MAX_SLICES",
     "PROCEDURE_ORPHAN_FLOOR_MS",
     "Inspector",
     "MaintenanceExecutor",
@@ -57,6 +70,15 @@ log = logging.getLogger(__name__)
 
 PROCEDURE_ORPHAN_FLOOR_MS = 24 * 3600 * 1000
 """``remove_orphan_files`` refuses younger cutoffs; the action API is used below it."""
+
+MAX_SLICES = 32
+"""A compaction of more partitions than this runs as one call under one lease."""
+
+SETTLE_POLL_S = 0.1
+"""How often the executor looks for the in-flight writer commit while it settles."""
+
+HAND_OVER_REACTION_S = 0.5
+"""How long the writer may take to see a released lease (it looks between two polls)."""
 
 CONFLICT_MARKERS = (
     "ValidationException",
@@ -101,6 +123,8 @@ class Inspector(Protocol):
 
     def inspect(self, table: TableId) -> TableInspection: ...
 
+    def current_snapshot_id(self, table: TableId) -> int | None: ...
+
 
 class SparkProcedureRunner:
     """Runs statements on one SparkSession; orphans under 24 h through the action API."""
@@ -136,6 +160,18 @@ class _Outcome:
     conflicts: int
     error: str | None = None
 
+    def then(self, other: _Outcome) -> _Outcome:
+        """This outcome and a later one of the same action (the next partition): counters
+        and conflicts summed, the most attempts any took, the first error."""
+        totals = dict(self.counters)
+        _add(totals, [dict(other.counters)])
+        return _Outcome(
+            totals,
+            max(self.attempts, other.attempts),
+            self.conflicts + other.conflicts,
+            self.error if self.error is not None else other.error,
+        )
+
 
 class _ActionRejected(Exception):
     """A request that is valid in form but must not run (unsafe now)."""
@@ -159,7 +195,9 @@ class MaintenanceExecutor:
     ``max_attempts`` bounds the runs of one action when Iceberg reports conflicts;
     ``retry_delay_s`` is the pause between them (doubling). ``orphan_floor_ms`` is the
     youngest age an orphan may have to be deleted: files younger than that may belong to a
-    commit in flight.
+    commit in flight. ``lease_s`` is the longest the compaction lease holds the writer back
+    (0: no lease); ``lease_settle_s`` the longest the executor waits, once it holds the
+    lease, for a writer commit that was already in flight (0: no wait).
     """
 
     def __init__(
@@ -172,6 +210,7 @@ class MaintenanceExecutor:
         retry_delay_s: float = 2.0,
         orphan_floor_ms: int = 3600 * 1000,
         lease_s: float = 0.0,
+        lease_settle_s: float = 0.0,
         clock: Callable[[], float] = time.time,
         stop: threading.Event | None = None,
     ) -> None:
@@ -182,16 +221,27 @@ class MaintenanceExecutor:
         self._retry_delay_s = retry_delay_s
         self._orphan_floor_ms = orphan_floor_ms
         self._lease_s = lease_s
+        self._lease_settle_s = lease_settle_s
+        self._settle_s = lease_settle_s
         self._clock = clock
         self._stop = stop or threading.Event()
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
 
-    def execute(self, request: MaintenanceRequest, policy: MaintenancePolicy) -> MaintenanceResult:
+    def execute(
+        self,
+        request: MaintenanceRequest,
+        policy: MaintenancePolicy,
+        *,
+        writer_commit_s: float | None = None,
+    ) -> MaintenanceResult:
         """Run ``request``; ``policy`` supplies defaults for options the request leaves out
-        (retention, orphan age). Never raises for the action's own failures."""
+        (retention, orphan age). ``writer_commit_s`` is how long the writer's recent commits
+        to the table took (from ``CommitDone``), if known: the lease waits that long at most
+        for a commit in flight. Never raises for the action's own failures."""
         started = self._clock()
+        self._settle_s = self._settle_budget(writer_commit_s)
 
         def result(status: Status, **fields: Any) -> MaintenanceResult:
             return MaintenanceResult(
@@ -218,6 +268,13 @@ class MaintenanceExecutor:
                 exc_info=True,
             )
             return result(Status.FAILED, message="action failed", error=error_summary(exc))
+
+    def _settle_budget(self, writer_commit_s: float | None) -> float:
+        if writer_commit_s is None:
+            return self._lease_settle_s
+        # Half again the slowest recent commit, plus a poll: a commit in flight started at
+        # most that long ago.
+        return min(self._lease_settle_s, 1.5 * writer_commit_s + SETTLE_POLL_S)
 
     def _check_catalog(self, checked: ValidatedRequest) -> None:
         if not self._inspector.exists(checked.table):
@@ -269,11 +326,22 @@ class MaintenanceExecutor:
             # this Iceberg only logs it, and a rewrite that lost every race looks like one
             # that had nothing to do.
             options.setdefault("partial-progress.max-failed-commits", 0)
-        with self._lease(checked.table):
-            outcome = self._attempts(
-                lambda: render(self._catalog, checked.table, checked.scope, options),
-                failed_key="failed_data_files_count" if is_compaction else None,
-            )
+        slices = self._slices(checked, before) if is_compaction else [checked.scope]
+        total: _Outcome | None = None
+        for scope in slices:
+            if total is not None:
+                if self._stop.is_set():
+                    break
+                self._hand_over(checked.table)
+            # One lease per slice: the writer's held-back commit goes in between two.
+            with self._lease(checked.table):
+                part = self._attempts(
+                    partial(render, self._catalog, checked.table, scope, options),
+                    failed_key="failed_data_files_count" if is_compaction else None,
+                )
+            total = part if total is None else total.then(part)
+        assert total is not None  # at least one slice
+        outcome = total
         after = self._inspector.inspect(checked.table)
         files_before, bytes_before = _files(before, content)
         files_after, bytes_after = _files(after, content)
@@ -285,6 +353,8 @@ class MaintenanceExecutor:
                 f"rewrote {done} data files into {counters.get('added_data_files_count', 0)}, "
                 f"removed {counters.get('removed_delete_files_count', 0)} delete files"
             )
+            if len(slices) > 1:
+                message += f" in {len(slices)} partitions, one lease each"
             failed = counters.get("failed_data_files_count", 0)
             if failed and not done and error is None:
                 error = f"every file group ({failed} files) failed to rewrite"
@@ -306,16 +376,68 @@ class MaintenanceExecutor:
             error=error,
         )
 
+    def _slices(
+        self, checked: ValidatedRequest, before: TableInspection
+    ) -> list[PartitionFilter | None]:
+        """The scopes a compaction runs in, one lease each: the request's own scope, or,
+        for a whole-table compaction under a lease, every partition with something to
+        combine (two or more data files, or delete files to apply), fullest first. The
+        whole table in one call when there is no lease, when some partition cannot be
+        written as a filter (a non-identity transform), or past :data:`MAX_SLICES`."""
+        if checked.scope is not None or self._lease_s <= 0:
+            return [checked.scope]
+        partitions = compute_health(before).partitions
+        if not partitions or any(p.filter is None for p in partitions):
+            return [None]
+        busy = [p for p in partitions if p.data_files >= 2 or p.delete_files > 0]
+        if not busy or len(busy) > MAX_SLICES:
+            return [None]
+        busy.sort(key=lambda p: (-p.data_files, -p.delete_files, p.key))
+        try:
+            return [parse_filter(p.filter or "") for p in busy]
+        except MalformedFilterError:  # cannot happen for filters health renders; be safe
+            return [None]
+
+    def _settle(self, table: TableId) -> None:
+        """Wait, up to the settle budget, for a writer commit that passed its lease check
+        before the lease was taken: until the table gets a new snapshot (that commit
+        landed) or the budget runs out (none was in flight). A rewrite started before it
+        lands would lose to it ("found new position delete for replaced data file") and
+        keep the lease through a second attempt."""
+        self._await_commit(table, self._settle_s)
+
+    def _hand_over(self, table: TableId) -> None:
+        """Between two slices of a compaction: let the commit the writer held back go in
+        before the next lease, for at most the settle budget plus the writer's reaction to
+        the release. Without this the next lease follows the release within milliseconds
+        and the writer, which looks at the lease between its polls, never gets a turn."""
+        if self._settle_s > 0:
+            self._await_commit(table, self._settle_s + HAND_OVER_REACTION_S)
+
+    def _await_commit(self, table: TableId, budget_s: float) -> None:
+        """Poll ``table``'s current snapshot until it changes or ``budget_s`` runs out."""
+        polls = int(budget_s / SETTLE_POLL_S)
+        if polls <= 0:
+            return
+        baseline = self._inspector.current_snapshot_id(table)
+        for _ in range(polls):
+            if self._stop.wait(SETTLE_POLL_S):
+                return
+            if self._inspector.current_snapshot_id(table) != baseline:
+                return
+
     @contextmanager
     def _lease(self, table: TableId) -> Iterator[None]:
         """Hold the compaction lease (``shared.lease``) around a rewrite, if configured: the
-        writer holds back its commits to ``table`` until it is released or runs out."""
+        writer holds back its commits to ``table`` until it is released or runs out. The
+        rewrite starts once a writer commit in flight has landed (:meth:`_settle`)."""
         if self._lease_s <= 0:
             yield
             return
         until = self._now_ms() + int(self._lease_s * 1000)
         self._runner.sql(lease_sql(self._catalog, table, until))
         try:
+            self._settle(table)
             yield
         finally:
             try:
@@ -323,13 +445,21 @@ class MaintenanceExecutor:
             except Exception:  # it runs out by itself at `until`
                 log.warning("could not release the compaction lease", exc_info=True)
 
-    def _attempts(self, statement: Callable[[], str], failed_key: str | None = None) -> _Outcome:
+    def _attempts(
+        self,
+        statement: Callable[[], str],
+        failed_key: str | None = None,
+    ) -> _Outcome:
         """Run the statement up to ``max_attempts`` times: again after a conflict, and again
         after a result with groups that failed (``failed_key`` > 0). A conflict on the last
-        attempt ends in an outcome with ``error``; any other error is raised."""
+        attempt ends in an outcome with ``error``; any other error is raised.
+
+        Under the lease the retry follows at once: the writer is held back, so the commit
+        that won has landed and nothing else is coming; a pause would only lengthen the
+        writer's wait. Without it the pause (doubling) leaves room for the writer."""
         totals: dict[str, int] = {}
         conflicts = 0
-        delay = self._retry_delay_s
+        delay = 0.0 if self._lease_s > 0 else self._retry_delay_s
         for attempt in range(1, self._max_attempts + 1):
             last = attempt == self._max_attempts or self._stop.is_set()
             try:

@@ -86,6 +86,12 @@ class TableInspector:
         """Top-level column names of ``table``'s current schema."""
         return frozenset(f.name for f in self._load(table).schema().fields)
 
+    def current_snapshot_id(self, table: TableId) -> int | None:
+        """The id of ``table``'s current snapshot (None while it has none): one catalog
+        lookup and one metadata file, no manifests."""
+        current = self._load(table).current_snapshot()
+        return None if current is None else int(current.snapshot_id)
+
     def _load(self, table: TableId) -> Any:
         try:
             return self._catalog.load_table(str(table))

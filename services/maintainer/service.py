@@ -24,6 +24,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -63,6 +64,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 OWN_REQUEST_PREFIX = "maintainer/"
+RECENT_COMMITS = 10
+"""Writer commits per table whose durations tell how long one in flight may still take."""
 
 
 class EventSource(Protocol):
@@ -85,7 +88,11 @@ class Executor(Protocol):
     """What :class:`~services.maintainer.execute.MaintenanceExecutor` offers."""
 
     def execute(
-        self, request: MaintenanceRequest, policy: MaintenancePolicy
+        self,
+        request: MaintenanceRequest,
+        policy: MaintenancePolicy,
+        *,
+        writer_commit_s: float | None = None,
     ) -> MaintenanceResult: ...
 
 
@@ -205,6 +212,8 @@ class MaintainerService:
         self._started_ms = self._now_ms()
         self._outbox: list[ControlEvent] = []
         self._skipped: dict[tuple[str, MaintenanceAction], tuple[int | None, int]] = {}
+        self._commit_s: dict[str, deque[float]] = {}
+        """The writer's last commit durations per table (``CommitDone.duration_ms``)."""
         self.results: list[MaintenanceResult] = []
         """Results of this process, newest last (bounded; for tests and the benchmark)."""
 
@@ -255,6 +264,8 @@ class MaintainerService:
             return
         if not self._settings.maintains(table):
             return
+        recent = self._commit_s.setdefault(table, deque(maxlen=RECENT_COMMITS))
+        recent.append(commit.duration_ms / 1000)
         health = self._board.get(table)
         if health is None:
             self._wanted.add(table)
@@ -370,8 +381,10 @@ class MaintainerService:
         )
         self._last_run[(request.table, request.action)] = started_ms
         try:
-            policy = self.policy_for(str(parse_table(request.table)))
+            canonical = str(parse_table(request.table))
+            policy = self.policy_for(canonical)
         except MalformedIdentifierError:
+            canonical = request.table
             policy = self._settings.policy
         log.info(
             "maintenance started",
@@ -384,7 +397,10 @@ class MaintainerService:
                 "requested_by": request.requested_by,
             },
         )
-        result = self._executor.execute(request, policy)
+        recent = self._commit_s.get(canonical)
+        result = self._executor.execute(
+            request, policy, writer_commit_s=max(recent) if recent else None
+        )
         self._planner = self._planner.finished(request.request_id, self._now_ms())
         self._metrics.record(result)
         self.results = [*self.results[-99:], result]
@@ -456,6 +472,7 @@ def build_service(
         retry_delay_s=settings.retry_delay_s,
         orphan_floor_ms=int(settings.orphan_floor_s * 1000),
         lease_s=settings.compaction_lease_s,
+        lease_settle_s=settings.compaction_lease_settle_s,
         clock=clock,
         stop=stop,
     )

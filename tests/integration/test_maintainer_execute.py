@@ -288,6 +288,43 @@ def test_rejected_requests(executor: MaintenanceExecutor, fragmented: str, names
     assert "malformed table identifier" in (malformed.error or "")
 
 
+def test_v3_compaction_one_partition_per_lease_leaves_no_deletion_vector_behind(
+    stack: Stack, spark: Any, namespace: str
+) -> None:
+    """The policy's options for a format-v3 table (no ``remove-dangling-deletes``): the
+    deletion vectors of the rewritten files go with them. Under the lease, a whole-table
+    compaction runs one partition at a time, and the rows stay the same."""
+    from services.maintainer.policy import COMPACTION_OPTIONS, DANGLING_DELETES_OPTION
+
+    table = make_fragmented(spark, f"{namespace}.vectors", version=3)
+    before = contents(spark, table)
+    dvs = spark.sql(f"SELECT count(*) AS n FROM icefjord.{table}.delete_files").first().n
+    assert dvs > 0, "the fixture wrote no deletion vector: the test would prove nothing"
+    options = {k: v for k, v in COMPACTION_OPTIONS.items() if k != DANGLING_DELETES_OPTION}
+    leased_executor = MaintenanceExecutor(
+        SparkProcedureRunner(spark),
+        TableInspector(open_catalog(stack.catalog)),
+        catalog=stack.catalog.name,
+        lease_s=60.0,
+        lease_settle_s=0.5,
+    )
+    result = leased_executor.execute(
+        request(table, MaintenanceAction.COMPACT_DATA_FILES, **options, **{"min-input-files": "2"}),
+        MaintenancePolicy(),
+    )
+    assert result.status is Status.SUCCEEDED, result
+    assert "in 2 partitions, one lease each" in (result.message or ""), result.message
+    live = {
+        r.file_path
+        for r in spark.sql(f"SELECT file_path FROM icefjord.{table}.data_files").collect()
+    }
+    vectors = spark.sql(f"SELECT referenced_data_file FROM icefjord.{table}.delete_files").collect()
+    assert all(v.referenced_data_file in live for v in vectors), "a deletion vector dangles"
+    assert result.files_after == 2  # one file per region
+    assert contents(spark, table) == before
+    assert LEASE_PROPERTY not in open_catalog(stack.catalog).load_table(table).properties
+
+
 @pytest.mark.parametrize("version", [2, 3])
 def test_no_lost_duplicated_or_resurrected_row_under_a_running_writer(
     spark: Any, executor: MaintenanceExecutor, namespace: str, version: int
@@ -399,6 +436,7 @@ def test_with_the_lease_compaction_wins_against_updates_spread_over_every_file(
         retry_delay_s=0.5,
         max_attempts=4,
         lease_s=60.0,
+        lease_settle_s=3.0,
     )
     stop = threading.Event()
     stats = {"commits": 0, "conflicts": 0, "lease_waits": 0}

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from services.maintainer.execute import MaintenanceExecutor, error_summary, is_conflict
-from services.maintainer.health import FileContent, FileStats, SnapshotStats, TableInspection
+from services.maintainer.health import (
+    FileContent,
+    FileStats,
+    PartitionField,
+    SnapshotStats,
+    TableInspection,
+)
 from services.maintainer.identifiers import TableId
 from services.maintainer.policy import MaintenancePolicy
 from services.maintainer.procedures import timestamp_literal
@@ -78,6 +85,15 @@ class FakeInspector:
 
     def inspect(self, table: TableId) -> TableInspection:
         return self.inspections.pop(0) if len(self.inspections) > 1 else self.inspections[0]
+
+    snapshot_ids: list[int | None] = []  # noqa: RUF012 - replaced per instance where used
+    polls = 0
+
+    def current_snapshot_id(self, table: TableId) -> int | None:
+        self.polls += 1
+        if len(self.snapshot_ids) > 1:
+            return self.snapshot_ids.pop(0)
+        return self.snapshot_ids[0] if self.snapshot_ids else None
 
 
 def request(
@@ -418,3 +434,150 @@ def test_no_lease_when_it_is_switched_off() -> None:
     runner = FakeRunner([{"rewritten_data_files_count": 3}])
     executor(runner, FakeInspector(inspection()), lease_s=0).execute(request(), MaintenancePolicy())
     assert len(runner.statements) == 1 and "CALL" in runner.statements[0]
+
+
+def test_the_rewrite_waits_for_a_writer_commit_in_flight_once_it_holds_the_lease() -> None:
+    runner = FakeRunner([], [{"rewritten_data_files_count": 3}], [])
+    inspector = FakeInspector(inspection())
+    inspector.snapshot_ids = [1, 1, 1, 2]  # the in-flight commit lands on the third look
+    result = executor(runner, inspector, lease_s=30, lease_settle_s=5).execute(
+        request(), MaintenancePolicy()
+    )
+    assert result.status is MaintenanceStatus.SUCCEEDED
+    assert inspector.polls == 4  # the baseline, then until the new snapshot: not the 5 s
+    assert runner.statements[0] == LEASE_SET and "CALL" in runner.statements[1]
+
+
+def test_the_settle_is_bounded_by_the_writers_recent_commit_time() -> None:
+    runner = FakeRunner([], [{"rewritten_data_files_count": 3}], [])
+    inspector = FakeInspector(inspection())
+    inspector.snapshot_ids = [7]  # nothing in flight: the table never moves
+    began = time.monotonic()
+    executor(runner, inspector, lease_s=30, lease_settle_s=5).execute(
+        request(), MaintenancePolicy(), writer_commit_s=0.2
+    )
+    # 1.5 x 0.2 s + one poll = 0.4 s: four polls after the baseline.
+    assert inspector.polls == 5
+    assert time.monotonic() - began < 2
+
+
+def test_no_settle_without_a_lease_or_a_budget() -> None:
+    for kw in ({"lease_s": 0, "lease_settle_s": 5}, {"lease_s": 30, "lease_settle_s": 0}):
+        inspector = FakeInspector(inspection())
+        executor(FakeRunner(), inspector, **kw).execute(request(), MaintenancePolicy())
+        assert inspector.polls == 0
+
+
+def test_a_retry_under_the_lease_does_not_pause() -> None:
+    runner = FakeRunner([], CONFLICT, [{"rewritten_data_files_count": 3}], [])
+    began = time.monotonic()
+    result = executor(runner, FakeInspector(inspection()), lease_s=30).execute(
+        request(), MaintenancePolicy()
+    )
+    # executor() sets retry_delay_s=0; build one with a long pause to see it is skipped.
+    slow = MaintenanceExecutor(
+        FakeRunner([], CONFLICT, [{"rewritten_data_files_count": 3}], []),
+        FakeInspector(inspection()),
+        catalog="icefjord",
+        clock=lambda: NOW_S,
+        retry_delay_s=30,
+        lease_s=30,
+    )
+    assert slow.execute(request(), MaintenancePolicy()).status is MaintenanceStatus.SUCCEEDED
+    assert result.status is MaintenanceStatus.SUCCEEDED
+    assert time.monotonic() - began < 5
+
+
+def partitioned(*files: tuple[str, FileContent], transform: str = "identity") -> TableInspection:
+    return TableInspection(
+        table="shop.orders",
+        inspected_at_ms=NOW_MS,
+        files=tuple(FileStats(kind, (("region", key),), 10, 100) for key, kind in files),
+        snapshots=(),
+        current_snapshot_id=None,
+        manifests=1,
+        manifest_bytes=10,
+        metadata_file_bytes=10,
+        partition_fields=(PartitionField("region", "region", transform),),
+        format_version=3,
+    )
+
+
+D, P = FileContent.DATA, FileContent.POSITION_DELETES
+SPREAD = (
+    *[("us", D)] * 3,
+    ("us", P),
+    *[("eu", D)] * 5,
+    ("ap", D),  # one file and no deletes: nothing to combine
+)
+
+
+def test_a_whole_table_compaction_under_the_lease_runs_one_partition_per_lease() -> None:
+    rows = {"rewritten_data_files_count": 4, "added_data_files_count": 1}
+    runner = FakeRunner([], [rows], [], [], [rows], [])
+    result = executor(runner, FakeInspector(partitioned(*SPREAD)), lease_s=30).execute(
+        request(), MaintenancePolicy()
+    )
+    calls = [s for s in runner.statements if "CALL" in s]
+    # Fullest first; each between its own lease and release.
+    assert [re.search(r"where => '(.*)'", c).group(1) for c in calls] == [  # type: ignore[union-attr]
+        r"`region` = \'eu\'",
+        r"`region` = \'us\'",
+    ]
+    assert runner.statements == [LEASE_SET, calls[0], LEASE_UNSET, LEASE_SET, calls[1], LEASE_UNSET]
+    assert result.status is MaintenanceStatus.SUCCEEDED
+    assert result.message is not None
+    assert "rewrote 8 data files into 2" in result.message
+    assert "in 2 partitions" in result.message
+
+
+@pytest.mark.parametrize(
+    ("kw", "inspected", "req"),
+    [
+        ({"lease_s": 0}, partitioned(*SPREAD), request()),  # no lease: nothing to keep short
+        ({"lease_s": 30}, partitioned(*SPREAD), request(partition="region = 'eu'")),
+        ({"lease_s": 30}, partitioned(*SPREAD, transform="bucket[4]"), request()),
+    ],
+)
+def test_one_call_when_slicing_is_not_needed_or_not_possible(
+    kw: dict[str, Any], inspected: TableInspection, req: MaintenanceRequest
+) -> None:
+    runner = FakeRunner()
+    executor(runner, FakeInspector(inspected), **kw).execute(req, MaintenancePolicy())
+    calls = [s for s in runner.statements if "CALL" in s]
+    assert len(calls) == 1
+    assert ("where" in calls[0]) == (req.partition is not None)
+
+
+def test_a_slice_that_gives_up_leaves_the_others_done_and_reports_it() -> None:
+    rows = {"rewritten_data_files_count": 5, "added_data_files_count": 1}
+    runner = FakeRunner([], CONFLICT, CONFLICT, CONFLICT, [], [], [rows], [])
+    result = executor(runner, FakeInspector(partitioned(*SPREAD)), lease_s=30).execute(
+        request(), MaintenancePolicy()
+    )
+    assert result.status is MaintenanceStatus.FAILED
+    assert result.error is not None and "gave up after 3 attempts" in result.error
+    assert result.message is not None and "rewrote 5 data files" in result.message
+
+
+def test_between_two_partitions_the_held_back_writer_commit_goes_in() -> None:
+    rows = {"rewritten_data_files_count": 4, "added_data_files_count": 1}
+    runner = FakeRunner([], [rows], [], [], [rows], [])
+
+    class Watching(FakeInspector):
+        def current_snapshot_id(self, table: TableId) -> int | None:
+            runner.statements.append("look")
+            return super().current_snapshot_id(table)
+
+    inspector = Watching(partitioned(*SPREAD))
+    # Each wait ends at its second look: the snapshot moved (a writer commit landed).
+    inspector.snapshot_ids = [1, 2, 2, 3, 3, 4]
+    executor(runner, inspector, lease_s=30, lease_settle_s=2).execute(
+        request(), MaintenancePolicy()
+    )
+    shape = ["CALL" if "CALL" in s else s for s in runner.statements]
+    assert shape == [
+        LEASE_SET, "look", "look", "CALL", LEASE_UNSET,  # settle, first partition
+        "look", "look",  # hand-over: the writer's held commit lands between the leases
+        LEASE_SET, "look", "look", "CALL", LEASE_UNSET,  # settle, second partition
+    ]  # fmt: skip

@@ -74,10 +74,18 @@ class FakePublisher:
 class FakeExecutor:
     def __init__(self, clock: Clock) -> None:
         self.requests: list[MaintenanceRequest] = []
+        self.writer_commit_s: list[float | None] = []
         self.clock = clock
 
-    def execute(self, request: MaintenanceRequest, policy: MaintenancePolicy) -> MaintenanceResult:
+    def execute(
+        self,
+        request: MaintenanceRequest,
+        policy: MaintenancePolicy,
+        *,
+        writer_commit_s: float | None = None,
+    ) -> MaintenanceResult:
         self.requests.append(request)
+        self.writer_commit_s.append(writer_commit_s)
         self.clock.now += 5
         return MaintenanceResult(
             request_id=request.request_id,
@@ -146,7 +154,9 @@ def make(
     return service, source, publisher, tables, clock, registry
 
 
-def commit_done(snapshot_id: int, clock: Clock, files: int = 10) -> ControlEvent:
+def commit_done(
+    snapshot_id: int, clock: Clock, files: int = 10, duration_ms: int = 1
+) -> ControlEvent:
     commit = CommitDone(
         table=TABLE,
         commit_id=str(snapshot_id),
@@ -160,7 +170,7 @@ def commit_done(snapshot_id: int, clock: Clock, files: int = 10) -> ControlEvent
         delete_files_added=0,
         bytes_added=1,
         committed_at_ms=int(clock() * 1000),
-        duration_ms=1,
+        duration_ms=duration_ms,
     )
     return ControlEvent.new(TABLE, commit, "writer", now_ms=int(clock() * 1000))
 
@@ -322,7 +332,13 @@ def test_orphan_cleanup_waits_for_the_initial_delay() -> None:
 
 
 class SkippingExecutor(FakeExecutor):
-    def execute(self, request: MaintenanceRequest, policy: MaintenancePolicy) -> MaintenanceResult:
+    def execute(
+        self,
+        request: MaintenanceRequest,
+        policy: MaintenancePolicy,
+        *,
+        writer_commit_s: float | None = None,
+    ) -> MaintenanceResult:
         self.requests.append(request)
         return MaintenanceResult(
             request_id=request.request_id,
@@ -403,3 +419,22 @@ def test_invalid_settings_exit_with_one_line(
     assert main() == EXIT_BAD_SETTINGS
     err = capsys.readouterr().err.strip()
     assert mentions in err and len(err.splitlines()) == 1
+
+
+def test_the_executor_learns_how_long_the_writers_commits_take() -> None:
+    executor = FakeExecutor(Clock())
+    service, source, _, tables, clock, _ = make(executor, inspect_min_interval_s=10)
+    executor.clock = clock
+    service.step()
+    clock.now += 20
+    # The slowest of the recent commits is what one in flight may still take.
+    source.batches.append(
+        [
+            commit_done(1, clock, files=50, duration_ms=800),
+            commit_done(2, clock, files=50, duration_ms=2300),
+        ]
+    )
+    tables.files = 105
+    service.step()
+    assert executor.requests, "the fragmented table was not compacted"
+    assert executor.writer_commit_s == [pytest.approx(2.3)]
