@@ -6,13 +6,15 @@ table and hands the maintainer a ``CommitDone``. The maintainer is the real serv
 (:class:`~services.maintainer.service.MaintainerService`: health model, policies, planner,
 executor on the same SparkSession), fed from memory instead of Kafka. A sampler inspects
 the table every ``sample_interval_s``. The report gives files per partition over time,
-commit latency overall and during maintenance actions, and what maintenance did.
+commit latency and data freshness overall and during maintenance actions, and what
+maintenance did.
 
 Needs Spark and the catalog only (``icefjord local up`` provides the local one); no Kafka.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 import queue
@@ -52,6 +54,7 @@ __all__ = [
     "BenchReport",
     "CommitTiming",
     "Sample",
+    "freshness_samples",
     "latency_split",
     "overlaps",
     "percentile",
@@ -82,14 +85,26 @@ class BenchConfig:
 
 @dataclass(frozen=True, slots=True)
 class CommitTiming:
-    """One writer commit: wall-clock start and end (s), and the conflicts it retried."""
+    """One writer commit, wall-clock seconds: ``started`` before it waited for the
+    maintainer's lease, ``finished`` once the MERGE committed, ``picked`` when it took its
+    rows (after the lease wait, before the MERGE), and the conflicts it retried.
+
+    ``picked`` left out (NaN) means ``started``: no lease wait, rows taken at the start.
+    """
 
     started: float
     finished: float
     conflicts: int = 0
+    picked: float = math.nan
+
+    def __post_init__(self) -> None:
+        # Constructions from before ``picked`` existed keep working and mean "no wait".
+        if math.isnan(self.picked):
+            object.__setattr__(self, "picked", self.started)
 
     @property
     def seconds(self) -> float:
+        """Commit latency, the lease wait included."""
         return self.finished - self.started
 
 
@@ -154,6 +169,59 @@ def latency_split(
     return during, outside
 
 
+def freshness_samples(
+    commits: Iterable[CommitTiming],
+    busy: Iterable[tuple[float, float]],
+    step_s: float = 0.05,
+) -> tuple[list[float], list[float]]:
+    """Freshness (s) of a stream of changes arriving evenly, split into (the change's wait
+    overlapped a maintenance interval in ``busy``, it did not).
+
+    Why: freshness is what a reader of the table sees, and commit latency understates it. A
+    commit held back by the maintainer's lease delays every change that arrived since the
+    previous commit picked its rows, not only its own MERGE.
+
+    Model: changes arrive at every ``t = first + k * step_s`` (k = 0, 1, ...) with
+    ``first``/``last`` the earliest and latest ``picked`` among ``commits``, up to ``last``
+    inclusive. The change at ``t`` is committed by the first commit ``i`` in order of
+    ``picked`` with ``picked_i >= t`` and becomes visible at ``finished_i``; its freshness
+    is ``finished_i - t``. It counts as during maintenance when ``[t, finished_i]`` overlaps
+    an interval ``(start, end)`` of ``busy`` (``t < end`` and ``start < finished_i``, the
+    same test as :func:`overlaps`). Values come in order of ``t``. No commits: two empty
+    lists. Raises ValueError unless ``step_s > 0``.
+    """
+    if not step_s > 0:
+        raise ValueError(f"step_s must be positive, not {step_s}")
+    ordered = sorted(commits, key=lambda c: c.picked)
+    during: list[float] = []
+    outside: list[float] = []
+    if not ordered:
+        return during, outside
+    picked = [c.picked for c in ordered]
+    first, last = picked[0], picked[-1]
+    # For each commit the latest end among the intervals that began before it finished: a
+    # change's wait overlaps maintenance exactly when it arrived before that end. Sorting
+    # the intervals by start with a running max keeps this O(log n) per sample.
+    spans = sorted(busy)
+    starts = [start for start, _ in spans]
+    reach: list[float] = []
+    for _, end in spans:
+        reach.append(max(end, reach[-1]) if reach else end)
+    latest_end: list[float] = []
+    for commit in ordered:
+        began = bisect.bisect_left(starts, commit.finished)
+        latest_end.append(reach[began - 1] if began else -math.inf)
+    # The epsilon keeps a ``last`` that is a whole number of steps away from being dropped
+    # to rounding; t is clamped so that sample still finds its commit.
+    count = math.floor((last - first) / step_s + 1e-9) + 1
+    for k in range(count):
+        t = min(first + k * step_s, last)
+        i = bisect.bisect_left(picked, t)
+        freshness = ordered[i].finished - t
+        (during if t < latest_end[i] else outside).append(freshness)
+    return during, outside
+
+
 class _MemorySource:
     """The control topic replaced by a queue the writer thread fills."""
 
@@ -182,11 +250,17 @@ class _TimedExecutor:
         self.busy = threading.Event()
         self.actions: list[tuple[float, float, MaintenanceResult]] = []
 
-    def execute(self, request: MaintenanceRequest, policy: MaintenancePolicy) -> MaintenanceResult:
+    def execute(
+        self,
+        request: MaintenanceRequest,
+        policy: MaintenancePolicy,
+        *,
+        writer_commit_s: float | None = None,
+    ) -> MaintenanceResult:
         begin = time.time()
         self.busy.set()
         try:
-            result = self._inner.execute(request, policy)
+            result = self._inner.execute(request, policy, writer_commit_s=writer_commit_s)
         finally:
             self.busy.clear()
         self.actions.append((begin, time.time(), result))
@@ -265,6 +339,7 @@ def run_bench(
             max_attempts=settings.max_attempts,
             retry_delay_s=settings.retry_delay_s,
             lease_s=settings.compaction_lease_s,
+            lease_settle_s=settings.compaction_lease_settle_s,
             stop=stop,
         )
     )
@@ -288,17 +363,21 @@ def run_bench(
         next_at = time.time()
         while not stop.is_set() and time.time() - started < config.duration_s:
             sequence += 1
-            keys = rng.sample(range(config.keys), config.rows_per_commit)
-            rows = [
-                (k, k % config.partitions, f"v{sequence}", rng.random() < config.delete_share)
-                for k in keys
-            ]
             begin, conflicts = time.time(), 0
             # Like iceberg-writer: no commit while the maintainer holds the lease (the wait
             # counts in this commit's latency).
             while leased(catalog.load_table(table).properties, int(time.time() * 1000)):
                 if stop.wait(0.2):
                     return
+            # iceberg-writer keeps reading while held back, so the held commit takes the
+            # changes that arrived meanwhile: its rows are picked now, after the wait. The RNG
+            # calls keep their order, so a seed still gives the same batches.
+            picked = time.time()
+            keys = rng.sample(range(config.keys), config.rows_per_commit)
+            rows = [
+                (k, k % config.partitions, f"v{sequence}", rng.random() < config.delete_share)
+                for k in keys
+            ]
             while True:
                 try:
                     _merge(spark, table, rows)
@@ -309,8 +388,15 @@ def run_bench(
                         stop.set()
                         return
                     conflicts += 1
+                    # Like iceberg-writer: a commit that lost to a rewrite holds back while
+                    # the lease is on, then goes again with everything that arrived meanwhile.
+                    if leased(catalog.load_table(table).properties, int(time.time() * 1000)):
+                        while leased(catalog.load_table(table).properties, int(time.time() * 1000)):
+                            if stop.wait(0.2):
+                                return
+                        picked = time.time()
             end = time.time()
-            commits.append(CommitTiming(begin, end, conflicts))
+            commits.append(CommitTiming(begin, end, conflicts, picked=picked))
             touched = len({row[1] for row in rows})
             commit = CommitDone(
                 table=table,
@@ -325,7 +411,8 @@ def run_bench(
                 delete_files_added=touched,
                 bytes_added=0,
                 committed_at_ms=int(end * 1000),
-                duration_ms=int((end - begin) * 1000),
+                # What iceberg-writer reports: the commit itself, not the wait for a lease.
+                duration_ms=int((end - picked) * 1000),
             )
             source.events.put(ControlEvent.new(table, commit, producer="bench"))
             next_at = max(next_at + config.commit_interval_s, time.time())
@@ -412,6 +499,8 @@ def render(report: BenchReport, console: Console) -> None:
     busy = [(start, end) for start, end, _ in report.actions]
     during, outside = latency_split(report.commits, busy)
     every = [c.seconds for c in report.commits]
+    fresh_during, fresh_outside = freshness_samples(report.commits, busy)
+    fresh = fresh_during + fresh_outside
     summary = Table(
         title=f"maintainer bench: MERGE of {config.rows_per_commit} changes every "
         f"{config.commit_interval_s:g} s into {config.partitions} partitions"
@@ -434,6 +523,20 @@ def render(report: BenchReport, console: Console) -> None:
         (
             "  otherwise p50 / p99",
             f"{_fmt(percentile(outside, 50))} / {_fmt(percentile(outside, 99))} ({len(outside)})",
+        ),
+        (
+            "freshness p50 / p99 (changes arriving evenly)",
+            f"{_fmt(percentile(fresh, 50))} / {_fmt(percentile(fresh, 99))}",
+        ),
+        (
+            "  during maintenance p50 / p99",
+            f"{_fmt(percentile(fresh_during, 50))} / {_fmt(percentile(fresh_during, 99))}"
+            f" ({len(fresh_during)})",
+        ),
+        (
+            "  otherwise p50 / p99",
+            f"{_fmt(percentile(fresh_outside, 50))} / {_fmt(percentile(fresh_outside, 99))}"
+            f" ({len(fresh_outside)})",
         ),
         ("files in the fullest partition, max", str(report.files_max)),
         ("maintenance actions", str(len(report.actions))),

@@ -1,9 +1,9 @@
 """What ``icefjord bench maintain --out DIR`` writes: the run as CSV and as a chart.
 
 ``samples.csv`` holds the table's shape every sample, ``commits.csv`` every writer commit with
-its latency and whether a maintenance action ran meanwhile, and ``bench.png`` draws both over
-time with the actions shaded, so the effect of each compaction on files and on commit latency
-can be seen at a glance.
+when it took its rows, its latency and whether a maintenance action ran meanwhile, and
+``bench.png`` draws both over time with the actions shaded, so the effect of each compaction
+on files and on commit latency can be seen at a glance.
 """
 
 from __future__ import annotations
@@ -42,16 +42,18 @@ def samples_csv(report: BenchReport) -> str:
 
 
 def commits_csv(report: BenchReport) -> str:
-    """One row per writer commit: start (s since the run began), latency, conflicts retried,
-    and whether a maintenance action overlapped it."""
+    """One row per writer commit: start and the moment it picked its rows (after any lease
+    wait), both in s since the run began, latency, conflicts retried, and whether a
+    maintenance action overlapped it."""
     spans = [(start, end) for start, end, _ in report.actions]
     buffer = io.StringIO()
     out = csv.writer(buffer, lineterminator="\n")
-    out.writerow(["t_s", "latency_s", "conflicts", "during_maintenance"])
+    out.writerow(["t_s", "picked_s", "latency_s", "conflicts", "during_maintenance"])
     for c in report.commits:
         out.writerow(
             [
                 f"{c.started - report.started:.2f}",
+                f"{c.picked - report.started:.2f}",
                 f"{c.seconds:.3f}",
                 c.conflicts,
                 int(overlaps(c, spans)),
