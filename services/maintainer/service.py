@@ -66,6 +66,8 @@ log = logging.getLogger(__name__)
 OWN_REQUEST_PREFIX = "maintainer/"
 RECENT_COMMITS = 10
 """Writer commits per table whose durations tell how long one in flight may still take."""
+WRITER_IDLE_S = 60.0
+"""A table without a CommitDone for this long has no writer commit in flight to wait for."""
 
 
 class EventSource(Protocol):
@@ -214,6 +216,8 @@ class MaintainerService:
         self._skipped: dict[tuple[str, MaintenanceAction], tuple[int | None, int]] = {}
         self._commit_s: dict[str, deque[float]] = {}
         """The writer's last commit durations per table (``CommitDone.duration_ms``)."""
+        self._commit_seen_ms: dict[str, int] = {}
+        """When this process last saw a CommitDone per table (its own clock)."""
         self.results: list[MaintenanceResult] = []
         """Results of this process, newest last (bounded; for tests and the benchmark)."""
 
@@ -233,6 +237,17 @@ class MaintainerService:
         self.inspect_due()
         self.maintain_once()
         self._source.commit()
+
+    def _writer_commit_s(self, table: str) -> float | None:
+        """How long a writer commit to ``table`` in flight may take, for the executor's
+        waits around its lease: the slowest recent one; 0 when the writer has been quiet on
+        the table for :data:`WRITER_IDLE_S` (nothing to wait for); None before any was seen."""
+        recent = self._commit_s.get(table)
+        if not recent:
+            return None
+        if self._now_ms() - self._commit_seen_ms[table] > WRITER_IDLE_S * 1000:
+            return 0.0
+        return max(recent)
 
     # -- events ------------------------------------------------------------------------
 
@@ -266,6 +281,7 @@ class MaintainerService:
             return
         recent = self._commit_s.setdefault(table, deque(maxlen=RECENT_COMMITS))
         recent.append(commit.duration_ms / 1000)
+        self._commit_seen_ms[table] = self._now_ms()
         health = self._board.get(table)
         if health is None:
             self._wanted.add(table)
@@ -397,9 +413,8 @@ class MaintainerService:
                 "requested_by": request.requested_by,
             },
         )
-        recent = self._commit_s.get(canonical)
         result = self._executor.execute(
-            request, policy, writer_commit_s=max(recent) if recent else None
+            request, policy, writer_commit_s=self._writer_commit_s(canonical)
         )
         self._planner = self._planner.finished(request.request_id, self._now_ms())
         self._metrics.record(result)

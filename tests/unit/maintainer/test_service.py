@@ -438,3 +438,16 @@ def test_the_executor_learns_how_long_the_writers_commits_take() -> None:
     service.step()
     assert executor.requests, "the fragmented table was not compacted"
     assert executor.writer_commit_s == [pytest.approx(2.3)]
+
+
+def test_a_quiet_writer_has_no_commit_in_flight_to_wait_for() -> None:
+    executor = FakeExecutor(Clock())
+    service, source, _, _, clock, _ = make(executor)
+    executor.clock = clock
+    service.step()
+    source.batches.append([commit_done(1, clock, files=1, duration_ms=2000)])
+    service.step()
+    clock.now += 61
+    source.batches.append([operator(action=MaintenanceAction.COMPACT_DATA_FILES)])
+    service.step()
+    assert executor.writer_commit_s == [0.0]
