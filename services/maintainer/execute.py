@@ -11,7 +11,7 @@ against a file a rewrite just removed). Such a rejection is a *conflict*: the ex
 retries the action a bounded number of times, and data rewrites run with partial progress,
 so file groups that committed stay committed and only the conflicting ones are redone.
 With the compaction lease (``shared.lease``) the executor also keeps the writer's wait short:
-it first lets a writer commit already in flight land (:meth:`MaintenanceExecutor._settle`),
+it first lets a writer commit already in flight land (:meth:`MaintenanceExecutor._lease`),
 so the rewrite does not start from a snapshot that commit is about to invalidate, and it
 rewrites a partitioned table one partition per lease, handing the table back to the writer
 between two (:meth:`MaintenanceExecutor._hand_over`), so the writer's held commit waits for
@@ -222,7 +222,6 @@ class MaintenanceExecutor:
         self._orphan_floor_ms = orphan_floor_ms
         self._lease_s = lease_s
         self._lease_settle_s = lease_settle_s
-        self._settle_s = lease_settle_s
         self._clock = clock
         self._stop = stop or threading.Event()
 
@@ -241,7 +240,7 @@ class MaintenanceExecutor:
         to the table took (from ``CommitDone``), if known: the lease waits that long at most
         for a commit in flight. Never raises for the action's own failures."""
         started = self._clock()
-        self._settle_s = self._settle_budget(writer_commit_s)
+        settle_s = self._settle_budget(writer_commit_s)
 
         def result(status: Status, **fields: Any) -> MaintenanceResult:
             return MaintenanceResult(
@@ -258,7 +257,7 @@ class MaintenanceExecutor:
             return result(Status.REJECTED, message="request rejected", error=checked.reason)
         try:
             self._check_catalog(checked)
-            return self._run(checked, policy, result)
+            return self._run(checked, policy, result, settle_s)
         except (_ActionRejected, UnknownTableError) as exc:
             return result(Status.REJECTED, message="request rejected", error=str(exc))
         except Exception as exc:  # the action failed; report it, never crash the service
@@ -291,6 +290,7 @@ class MaintenanceExecutor:
         checked: ValidatedRequest,
         policy: MaintenancePolicy,
         result: Callable[..., MaintenanceResult],
+        settle_s: float,
     ) -> MaintenanceResult:
         action = checked.request.action
         before = self._inspector.inspect(checked.table)
@@ -301,7 +301,7 @@ class MaintenanceExecutor:
         if action is MaintenanceAction.REWRITE_MANIFESTS:
             # The writer's commits merge manifests too, so a manifest rewrite also needs
             # the table to itself for a moment.
-            with self._lease(checked.table):
+            with self._lease(checked.table, settle_s):
                 outcome = self._attempts(
                     lambda: rewrite_manifests_sql(self._catalog, checked.table)
                 )
@@ -332,9 +332,9 @@ class MaintenanceExecutor:
             if total is not None:
                 if self._stop.is_set():
                     break
-                self._hand_over(checked.table)
+                self._hand_over(checked.table, settle_s)
             # One lease per slice: the writer's held-back commit goes in between two.
-            with self._lease(checked.table):
+            with self._lease(checked.table, settle_s):
                 part = self._attempts(
                     partial(render, self._catalog, checked.table, scope, options),
                     failed_key="failed_data_files_count" if is_compaction else None,
@@ -398,21 +398,13 @@ class MaintenanceExecutor:
         except MalformedFilterError:  # cannot happen for filters health renders; be safe
             return [None]
 
-    def _settle(self, table: TableId) -> None:
-        """Wait, up to the settle budget, for a writer commit that passed its lease check
-        before the lease was taken: until the table gets a new snapshot (that commit
-        landed) or the budget runs out (none was in flight). A rewrite started before it
-        lands would lose to it ("found new position delete for replaced data file") and
-        keep the lease through a second attempt."""
-        self._await_commit(table, self._settle_s)
-
-    def _hand_over(self, table: TableId) -> None:
+    def _hand_over(self, table: TableId, settle_s: float) -> None:
         """Between two slices of a compaction: let the commit the writer held back go in
         before the next lease, for at most the settle budget plus the writer's reaction to
         the release. Without this the next lease follows the release within milliseconds
         and the writer, which looks at the lease between its polls, never gets a turn."""
-        if self._settle_s > 0:
-            self._await_commit(table, self._settle_s + HAND_OVER_REACTION_S)
+        if settle_s > 0:
+            self._await_commit(table, settle_s + HAND_OVER_REACTION_S)
 
     def _await_commit(self, table: TableId, budget_s: float) -> None:
         """Poll ``table``'s current snapshot until it changes or ``budget_s`` runs out."""
@@ -427,17 +419,20 @@ class MaintenanceExecutor:
                 return
 
     @contextmanager
-    def _lease(self, table: TableId) -> Iterator[None]:
+    def _lease(self, table: TableId, settle_s: float) -> Iterator[None]:
         """Hold the compaction lease (``shared.lease``) around a rewrite, if configured: the
         writer holds back its commits to ``table`` until it is released or runs out. The
-        rewrite starts once a writer commit in flight has landed (:meth:`_settle`)."""
+        rewrite starts once a writer commit that passed its lease check before the lease was
+        taken has landed, or after ``settle_s`` when none was in flight: a rewrite started
+        before it lands would lose to it ("found new position delete for replaced data
+        file") and keep the lease through a second attempt."""
         if self._lease_s <= 0:
             yield
             return
         until = self._now_ms() + int(self._lease_s * 1000)
         self._runner.sql(lease_sql(self._catalog, table, until))
         try:
-            self._settle(table)
+            self._await_commit(table, settle_s)
             yield
         finally:
             try:
@@ -445,11 +440,7 @@ class MaintenanceExecutor:
             except Exception:  # it runs out by itself at `until`
                 log.warning("could not release the compaction lease", exc_info=True)
 
-    def _attempts(
-        self,
-        statement: Callable[[], str],
-        failed_key: str | None = None,
-    ) -> _Outcome:
+    def _attempts(self, statement: Callable[[], str], failed_key: str | None = None) -> _Outcome:
         """Run the statement up to ``max_attempts`` times: again after a conflict, and again
         after a result with groups that failed (``failed_key`` > 0). A conflict on the last
         attempt ends in an outcome with ``error``; any other error is raised.
