@@ -123,7 +123,7 @@ def _json_schema() -> tuple[dict[str, Any], dict[str, Any]]:
     return key, value
 
 
-def _avro_schemas() -> tuple[dict[str, Any], dict[str, Any]]:
+def avro_schemas() -> tuple[dict[str, Any], dict[str, Any]]:
     def avro_type(kind: str, cname: str | None, params: Any) -> Any:
         physical = {"int8": "int", "int16": "int", "int32": "int", "int64": "long"}.get(kind, kind)
         if cname is None and kind in ("int8", "int16"):
@@ -200,7 +200,7 @@ def _row(i: int, version: int, avro: bool) -> dict[str, Any]:
     }
 
 
-def _event(i: int, avro: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+def _event(i: int, avro: bool, namespace: str = "public") -> tuple[dict[str, Any], dict[str, Any]]:
     """Event i: every 10th a delete, every 3rd an update, the rest creates."""
     op = "d" if i % 10 == 9 else "u" if i % 3 == 1 else "c"
     lsn = 23_456_789 + i * 64
@@ -210,7 +210,7 @@ def _event(i: int, avro: bool) -> tuple[dict[str, Any], dict[str, Any]]:
         "source": {
             "connector": "postgresql",
             "db": "shop",
-            "schema": "public",
+            "schema": namespace,
             "table": "orders",
             "ts_ms": 1_704_067_200_000 + i,
             "sequence": json.dumps([str(lsn - 64), str(lsn)]),
@@ -223,20 +223,30 @@ def _event(i: int, avro: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     return {"id": i}, payload
 
 
-def generate_messages(count: int, fmt: InputFormat) -> tuple[SourceRecord, ...]:
-    """``count`` Debezium Postgres change records of table shop.public.orders, encoded once.
+def generate_messages(
+    count: int,
+    fmt: InputFormat,
+    *,
+    topic: str = TOPIC,
+    namespace: str = "public",
+    ids: tuple[int | None, int | None] = (None, None),
+) -> tuple[SourceRecord, ...]:
+    """``count`` Debezium Postgres change records of ``<namespace>.orders`` on ``topic``,
+    encoded once.
 
-    JSON: ``{"schema", "payload"}`` bytes (key and value). Avro: Confluent wire format with
-    schema id 1 (key) and 2 (value) of :func:`writer_schemas`.
+    JSON: ``{"schema", "payload"}`` bytes (key and value). Avro: Confluent wire format with the
+    schema ids ``ids`` (key, value) of :func:`avro_schemas`, by default 1 and 2 of
+    :func:`writer_schemas`.
     """
+    key_id, value_id = ids[0] or _KEY_ID, ids[1] or _VALUE_ID
     out: list[SourceRecord] = []
     if fmt == "json":
         key_block, value_block = _json_schema()
         for i in range(count):
-            key, value = _event(i, avro=False)
+            key, value = _event(i, False, namespace)
             out.append(
                 SourceRecord(
-                    TOPIC,
+                    topic,
                     0,
                     i,
                     json.dumps({"schema": key_block, "payload": key}).encode(),
@@ -245,17 +255,17 @@ def generate_messages(count: int, fmt: InputFormat) -> tuple[SourceRecord, ...]:
                 )
             )
         return tuple(out)
-    key_avro, value_avro = _avro_schemas()
+    key_avro, value_avro = avro_schemas()
     key_parsed, value_parsed = parse(key_avro), parse(value_avro)
     for i in range(count):
-        key, value = _event(i, avro=True)
+        key, value = _event(i, True, namespace)
         out.append(
             SourceRecord(
-                TOPIC,
+                topic,
                 0,
                 i,
-                encode(_KEY_ID, key_parsed, key),
-                encode(_VALUE_ID, value_parsed, value),
+                encode(key_id, key_parsed, key),
+                encode(value_id, value_parsed, value),
                 1_704_067_200_100 + i,
             )
         )
@@ -264,7 +274,7 @@ def generate_messages(count: int, fmt: InputFormat) -> tuple[SourceRecord, ...]:
 
 def writer_schemas() -> dict[int, AvroWriter]:
     """The in-memory registry of the Avro input: schema id -> writer."""
-    key_avro, value_avro = _avro_schemas()
+    key_avro, value_avro = avro_schemas()
     return {_KEY_ID: avro_writer(key_avro), _VALUE_ID: avro_writer(value_avro)}
 
 

@@ -455,3 +455,20 @@ def test_main_run_serves_metrics_writes_a_truncate_and_stops_on_request(
     assert truncate_message.key() is None
     assert truncate["after"] is None
     assert truncate["key"] == {"id": 0}  # the documented placeholder
+
+
+@pytest.mark.parametrize("fmt", ["json", "avro"])
+def test_the_service_benchmark_drains_every_record_through_kafka(stack: Stack, fmt: str) -> None:
+    from services.cdc_normalizer.bench_service import bench_service
+
+    settings = NormalizerSettings(
+        kafka=stack.kafka, registry=stack.registry, topic_replication_factor=1, batch_size=200
+    )
+    seen: list[str] = []
+    result = bench_service(settings, 1000, fmt, progress=seen.append)  # type: ignore[arg-type]
+    # The first batch waits for the group assignment and is not timed; the rest is.
+    assert result.untimed > 0
+    assert result.changes + result.untimed == 1000
+    assert result.batches >= 5
+    assert result.seconds > 0 and result.cpu_s > 0
+    assert any("1,000 committed changes" in line for line in seen)
