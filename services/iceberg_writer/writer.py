@@ -73,6 +73,8 @@ log = logging.getLogger("services.iceberg_writer")
 
 TOPIC_PREFIX = "icefjord.changes."
 TP = tuple[str, int]
+CONSUME_BATCH = 5000  # change records taken per consume call
+TAKE_WAITING_S = 2.0  # longest a due commit waits while already-fetched records are taken
 
 
 def table_of(topic: str) -> str:
@@ -360,7 +362,7 @@ class Writer:
     def _step(self) -> None:
         for event in self._control_reader.poll(timeout=0, max_events=500):
             self._on_control(event)
-        messages = self._data.consume(5000, 0.2)
+        messages = self._data.consume(CONSUME_BATCH, 0.2)
         now = time.monotonic()
         for message in messages:
             self._on_message(message, now)
@@ -372,10 +374,30 @@ class Writer:
             if state.clock.should_close(now, len(state.pending), state.flush):
                 due.append(state)
             state.flush = False
+        if due:
+            self._take_waiting(due)
         self.commit_all(due)
         if now - self._last_lag > 5:
             self._update_lag()
             self._last_lag = now
+
+    def _take_waiting(self, due: list[TableState]) -> None:
+        """Before due tables commit, take the change records already fetched, without
+        waiting, until none are left, a due table's batch is full or ``TAKE_WAITING_S`` has
+        passed. A table that is behind (a snapshot load, a restart, a burst) then commits its
+        backlog in a few large batches instead of linger-sized ones: one MERGE of 50,000
+        changes costs little more than one of 5,000. A table that is up to date finds
+        nothing waiting and commits at once."""
+        deadline = time.monotonic() + TAKE_WAITING_S
+        while time.monotonic() < deadline:
+            if any(len(state.pending) >= state.clock.max_records for state in due):
+                return
+            messages = self._data.consume(CONSUME_BATCH, 0)
+            now = time.monotonic()
+            for message in messages:
+                self._on_message(message, now)
+            if len(messages) < CONSUME_BATCH:
+                return
 
     def _on_message(self, message: Message, now: float) -> None:
         error = message.error()
