@@ -86,6 +86,9 @@ def debezium_postgres_config(source: PostgresSource) -> dict[str, str]:
         "time.precision.mode": "adaptive_time_microseconds",
         "binary.handling.mode": "bytes",
         "heartbeat.interval.ms": "0",
+        # How long the task waits for WAL events before it looks again (Debezium's default
+        # is 500 ms): a tenth of a second off every change's freshness at low rates.
+        "poll.interval.ms": "100",
         "tombstones.on.delete": "true",
         "topic.creation.default.replication.factor": "1",
         "topic.creation.default.partitions": str(source.topic_partitions),
@@ -146,6 +149,10 @@ class KafkaConnect:
             "rest.advertised.port": str(s.connect_port),
             "plugin.path": str(self.dist.plugin_path),
             "topic.creation.enable": "true",
+            # Debezium's records (JSON with schemas) are ~2.5 KB: at the producer's default
+            # 16 KB batches a snapshot went out a handful of records per request.
+            "producer.batch.size": "262144",
+            "producer.linger.ms": "5",
         }
 
     def start(self) -> None:

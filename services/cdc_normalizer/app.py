@@ -40,7 +40,7 @@ from services.cdc_normalizer.pipeline import (
 from services.cdc_normalizer.table_schema import TableSchema, key_schema_text, value_schema_text
 from shared.avro import AvroCodec, WireFormatError
 from shared.errors import FatalError, RetryableError
-from shared.kafka import ensure_topics, make_admin, make_consumer, make_producer
+from shared.kafka import consume_ready, ensure_topics, make_admin, make_consumer, make_producer
 from shared.registry import make_registry_client
 
 log = logging.getLogger(__name__)
@@ -160,7 +160,9 @@ class NormalizerService:
         """
         consumer, producer = self._start()
         try:
-            messages = consumer.consume(self._settings.batch_size, self._settings.poll_timeout_s)
+            messages = consume_ready(
+                consumer, self._settings.batch_size, self._settings.poll_timeout_s
+            )
         except KafkaException as exc:
             raise RetryableError(f"consume failed: {exc}") from exc
         records: list[SourceRecord] = []

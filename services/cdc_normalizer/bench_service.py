@@ -6,13 +6,16 @@ N Debezium messages are produced (untimed) to a fresh source topic, then one
 normalize, register the schema in the registry, Avro-encode, produce to the change topic and
 commit each batch in a Kafka transaction with its offsets. The figures are the drain's wall
 time and this process's CPU time (librdkafka's threads included). The change topic is then
-read back ``read_committed`` and must hold exactly one record per change.
+read back ``read_committed`` and must hold exactly one record per change; at the end the
+run's topics and subjects are deleted.
 Needs `icefjord local up` (or settings pointing at another stack).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import re
 import time
 import uuid
@@ -32,6 +35,8 @@ from services.cdc_normalizer.table_schema import TableId
 from shared.kafka import TopicRequest, ensure_topics, make_admin, make_producer
 from shared.registry import make_registry_client
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True, slots=True)
 class ServiceBenchResult:
@@ -46,6 +51,8 @@ class ServiceBenchResult:
     batches: int
     untimed: int
     """Records of the first batch, which waits for the group assignment and is not timed."""
+    topics: tuple[str, ...] = ()
+    """The run's source and change topics (deleted at the end)."""
 
     @property
     def changes_per_second(self) -> float:
@@ -112,6 +119,22 @@ def _committed_count(settings: NormalizerSettings, topic: str) -> int:
         consumer.close()
 
 
+def _remove(settings: NormalizerSettings, topics: list[str]) -> None:
+    """Delete the run's topics and subjects, so a writer running on the same stack does not
+    load the benchmark's changes into a table."""
+    admin = make_admin(settings.kafka)  # held: a collected client cancels its futures
+    for topic, future in admin.delete_topics(topics).items():
+        try:
+            future.result(30)
+        except Exception as exc:
+            log.warning("benchmark topic not deleted", extra={"topic": topic, "error": str(exc)})
+    registry = make_registry_client(settings.registry)
+    for topic in topics:
+        for subject in (f"{topic}-key", f"{topic}-value"):
+            with contextlib.suppress(Exception):
+                registry.delete_subject(subject)
+
+
 def bench_service(
     settings: NormalizerSettings,
     count: int,
@@ -154,8 +177,11 @@ def bench_service(
     finally:
         service.close()
     output = changes_topic(TableId(namespace, "orders"))
-    committed = _committed_count(settings, output)
-    if committed != count:
-        raise RuntimeError(f"{output} holds {committed} committed changes, expected {count}")
-    progress(f"{output}: {committed:,} committed changes, one per record")
-    return ServiceBenchResult(fmt, timed, timed, seconds, cpu_s, batches, done)
+    try:
+        committed = _committed_count(settings, output)
+        if committed != count:
+            raise RuntimeError(f"{output} holds {committed} committed changes, expected {count}")
+        progress(f"{output}: {committed:,} committed changes, one per record")
+    finally:
+        _remove(settings, [topic, output])
+    return ServiceBenchResult(fmt, timed, timed, seconds, cpu_s, batches, done, (topic, output))

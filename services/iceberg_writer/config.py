@@ -98,7 +98,7 @@ class WriterSettings(ServiceSettings):
         default=None, ge=1, description="Writer epoch; None: the start time in ms (newer wins)."
     )
     freshness_target_s: float = Field(
-        default=10.0, gt=0, description="Default p99 target from source commit to visible."
+        default=5.0, gt=0, description="Default p99 target from source commit to visible."
     )
     min_batch_s: float = Field(default=0.2, ge=0, description="Shortest wait before a commit.")
     max_batch_records: int = Field(

@@ -67,6 +67,7 @@ from shared.events import (
     TopicPartitionOffset,
     Verdict,
 )
+from shared.kafka import consume_ready
 from shared.lease import leased
 
 log = logging.getLogger("services.iceberg_writer")
@@ -362,7 +363,7 @@ class Writer:
     def _step(self) -> None:
         for event in self._control_reader.poll(timeout=0, max_events=500):
             self._on_control(event)
-        messages = self._data.consume(CONSUME_BATCH, 0.2)
+        messages = consume_ready(self._data, CONSUME_BATCH, 0.2)
         now = time.monotonic()
         for message in messages:
             self._on_message(message, now)

@@ -472,3 +472,9 @@ def test_the_service_benchmark_drains_every_record_through_kafka(stack: Stack, f
     assert result.batches >= 5
     assert result.seconds > 0 and result.cpu_s > 0
     assert any("1,000 committed changes" in line for line in seen)
+    assert len(result.topics) == 2
+    admin = make_admin(stack.kafka)
+    deadline = time.monotonic() + 30  # deletion reaches the metadata shortly after
+    while set(result.topics) & set(admin.list_topics(timeout=10).topics):
+        assert time.monotonic() < deadline, f"{result.topics} were not deleted"
+        time.sleep(0.5)

@@ -34,7 +34,7 @@ def test_defaults() -> None:
     settings = WriterSettings()
     assert settings.metrics.port == 9403
     assert settings.topic_pattern == DEFAULT_TOPIC_PATTERN
-    assert settings.freshness_target("shop.orders") == 10.0
+    assert settings.freshness_target("shop.orders") == 5.0
     assert settings.metadata_columns.columns() == MetadataColumns(
         "_icefjord_op", "_icefjord_position", "_icefjord_source_ts"
     )
