@@ -123,6 +123,7 @@ class PostgresWorkload:
         self.tables: dict[str, TableDef] = {}
         self.progress = WorkloadProgress()
         self._last_xid: dict[str, int] = {}
+        self._statements: dict[tuple[str, str, tuple[str, ...]], bytes] = {}
         self._conn: psycopg.Connection[Any] | None = None
 
     def connection(self) -> psycopg.Connection[Any]:
@@ -236,6 +237,7 @@ class PostgresWorkload:
         for statement in create_table_sql(self.schema, table):
             self.connection().execute(statement.encode())
         self.tables[table.name] = table
+        self._statements = {k: v for k, v in self._statements.items() if k[1] != table.name}
 
     def adapt(self, table: str, column: str, value: Any) -> Any:
         """``value`` of ``table.column`` as psycopg should send it (JSON wrapped)."""
@@ -248,12 +250,37 @@ class PostgresWorkload:
             return Jsonb(value)
         return value
 
-    def _where(self, table: str, key: tuple[Any, ...]) -> tuple[sql.Composable, list[Any]]:
-        names = self.tables[table].key
-        condition = sql.SQL(" AND ").join(
-            sql.SQL("{} = %s").format(sql.Identifier(n)) for n in names
-        )
-        return condition, list(key)
+    def _statement(self, kind: str, table: str, names: tuple[str, ...]) -> bytes:
+        """The DML text for ``kind`` of ``names`` in ``table``, composed once and kept: the
+        composition cost more client CPU than sending the statement (the key columns'
+        placeholders come last, in key order)."""
+        cache_key = (kind, table, names)
+        text = self._statements.get(cache_key)
+        if text is None:
+            condition = sql.SQL(" AND ").join(
+                sql.SQL("{} = %s").format(sql.Identifier(n)) for n in self.tables[table].key
+            )
+            statement: sql.Composed
+            if kind == "insert":
+                statement = sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
+                    self._qualified(table),
+                    sql.SQL(", ").join(map(sql.Identifier, names)),
+                    sql.SQL(", ").join(sql.Placeholder() * len(names)),
+                )
+            elif kind == "update":
+                assignments = sql.SQL(", ").join(
+                    sql.SQL("{} = %s").format(sql.Identifier(n)) for n in names
+                )
+                statement = sql.SQL("UPDATE {} SET {} WHERE {}").format(
+                    self._qualified(table), assignments, condition
+                )
+            else:
+                statement = sql.SQL("DELETE FROM {} WHERE {}").format(
+                    self._qualified(table), condition
+                )
+            text = statement.as_bytes(self.connection())
+            self._statements[cache_key] = text
+        return text
 
     def _execute(self, op: Operation) -> None:
         conn = self.connection()
@@ -267,40 +294,19 @@ class PostgresWorkload:
                 conn.execute(widen_column_sql(self.schema, table, column, kind).encode())
                 self.tables[table] = self.tables[table].with_kind(column, kind)
             case Insert(table, row):
-                names = list(row)
+                names = tuple(row)
                 conn.execute(
-                    sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
-                        self._qualified(table),
-                        sql.SQL(", ").join(map(sql.Identifier, names)),
-                        sql.SQL(", ").join(sql.Placeholder() * len(names)),
-                    ),
+                    self._statement("insert", table, names),
                     [self.adapt(table, n, row[n]) for n in names],
                 )
             case Update(table, key, values):
-                condition, params = self._where(table, key)
-                assignments = sql.SQL(", ").join(
-                    sql.SQL("{} = %s").format(sql.Identifier(n)) for n in values
-                )
                 conn.execute(
-                    sql.SQL("UPDATE {} SET {} WHERE {}").format(
-                        self._qualified(table), assignments, condition
-                    ),
-                    [*(self.adapt(table, n, v) for n, v in values.items()), *params],
+                    self._statement("update", table, tuple(values)),
+                    [*(self.adapt(table, n, v) for n, v in values.items()), *key],
                 )
             case ChangeKey(table, key, new_key):
-                condition, params = self._where(table, key)
-                assignments = sql.SQL(", ").join(
-                    sql.SQL("{} = %s").format(sql.Identifier(n)) for n in self.tables[table].key
-                )
                 conn.execute(
-                    sql.SQL("UPDATE {} SET {} WHERE {}").format(
-                        self._qualified(table), assignments, condition
-                    ),
-                    [*new_key, *params],
+                    self._statement("update", table, self.tables[table].key), [*new_key, *key]
                 )
             case Delete(table, key):
-                condition, params = self._where(table, key)
-                conn.execute(
-                    sql.SQL("DELETE FROM {} WHERE {}").format(self._qualified(table), condition),
-                    params,
-                )
+                conn.execute(self._statement("delete", table, ()), list(key))
