@@ -25,6 +25,7 @@ from icefjord.demo.progress import (
     Scrape,
     bucket_delta,
     histogram_quantile,
+    is_compaction,
     total,
 )
 
@@ -53,9 +54,7 @@ def _compaction(namespace: str) -> Callable[[dict[str, str]], bool]:
     ours = _ours(namespace)
 
     def check(labels: dict[str, str]) -> bool:
-        action, status = labels.get("action", ""), labels.get("status", "")
-        done = not any(word in status for word in ("fail", "error", "skip"))
-        return ours(labels) and done and ("compact" in action or "rewrite_data" in action)
+        return ours(labels) and is_compaction(labels)
 
     return check
 

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from prometheus_client.parser import text_string_to_metric_families
 from rich.table import Table
 
+from shared.events import MaintenanceAction, MaintenanceStatus
+
 Labels = tuple[tuple[str, str], ...]
 Samples = dict[str, list[tuple[Labels, float]]]
 
@@ -109,11 +111,12 @@ def scrape_all(endpoints: Mapping[str, str], source_changes: int, timeout_s: flo
     return Scrape(time.monotonic(), services, source_changes)
 
 
-def _is_compaction(labels: dict[str, str]) -> bool:
-    action = labels.get("action", "")
-    status = labels.get("status", "")
-    done = not any(word in status for word in ("fail", "error", "skip"))
-    return done and ("compact" in action or "rewrite_data" in action)
+def is_compaction(labels: dict[str, str]) -> bool:
+    """A data-file compaction that succeeded, in ``icefjord_maintenance_actions_total``."""
+    return (
+        labels.get("action") == MaintenanceAction.COMPACT_DATA_FILES
+        and labels.get("status") == MaintenanceStatus.SUCCEEDED
+    )
 
 
 @dataclass
@@ -151,7 +154,7 @@ class ProgressView:
             ),
             "applied": total(scrape.get("writer"), "icefjord_writer_changes_applied_total"),
             "compactions": total(
-                scrape.get("maintainer"), "icefjord_maintenance_actions_total", _is_compaction
+                scrape.get("maintainer"), "icefjord_maintenance_actions_total", is_compaction
             ),
         }
         return {k: v for k, v in counters.items() if v is not None}

@@ -57,10 +57,16 @@ def maintainer_text(files: dict[str, float], compactions: dict[str, float]) -> s
     lines.append("# TYPE icefjord_maintenance_actions_total counter")
     for t, n in compactions.items():
         lines.append(
-            f'icefjord_maintenance_actions_total{{table="{t}",action="compact",status="done"}} {n}'
+            "icefjord_maintenance_actions_total"
+            f'{{table="{t}",action="COMPACT_DATA_FILES",status="SUCCEEDED"}} {n}'
         )
         lines.append(
-            f'icefjord_maintenance_actions_total{{table="{t}",action="compact",status="failed"}} 7'
+            "icefjord_maintenance_actions_total"
+            f'{{table="{t}",action="COMPACT_DATA_FILES",status="FAILED"}} 7'
+        )
+        lines.append(
+            "icefjord_maintenance_actions_total"
+            f'{{table="{t}",action="EXPIRE_SNAPSHOTS",status="SUCCEEDED"}} 5'
         )
     return "\n".join(lines) + "\n"
 
@@ -82,7 +88,8 @@ def test_reading_counts_only_the_namespace_tables() -> None:
     assert reading.applied == 15
     assert reading.freshness == ((5.0, 15.0), (float("inf"), 16.0))
     assert reading.data_files == 7
-    assert reading.compactions == 2  # failed compactions and other namespaces not counted
+    # failed compactions, other actions and other namespaces not counted
+    assert reading.compactions == 2
     assert reading.source_changes == 42
 
 
