@@ -89,6 +89,10 @@ def debezium_postgres_config(source: PostgresSource) -> dict[str, str]:
         # How long the task waits for WAL events before it looks again (Debezium's default
         # is 500 ms): a tenth of a second off every change's freshness at low rates.
         "poll.interval.ms": "100",
+        # Larger hand-offs from the snapshot reader and the WAL stream to Connect (defaults
+        # 2048 and 8192): fewer, fuller poll() batches while a backlog lasts.
+        "max.batch.size": "8192",
+        "max.queue.size": "32768",
         "tombstones.on.delete": "true",
         "topic.creation.default.replication.factor": "1",
         "topic.creation.default.partitions": str(source.topic_partitions),
