@@ -79,6 +79,7 @@ def run(settings: WriterSettings, stop: threading.Event) -> None:
         if settings.create_topics:
             create_topics(settings.kafka, settings.topic_requests(), "create writer topics", stop)
         writer = build_writer(settings, registry)
+        resources.callback(writer.close)
         if settings.warm_up:
             writer.warm_up()
         retry(

@@ -812,6 +812,17 @@ class Writer:
         """Commit every table's pending changes (used on a clean stop)."""
         self.commit_all([s for s in self.tables.values() if not self._is_paused(s)])
 
+    def close(self) -> None:
+        """Leave the consumer group and close the clients. Without the leave, the group
+        keeps the stopped member until its session runs out, and the next writer gets no
+        partition before that."""
+        self._producer.flush(10)
+        for consumer in (self._data, self._control):
+            try:
+                consumer.close()
+            except Exception as exc:  # the broker may be the thing that is down
+                log.warning("consumer close failed", extra={"error": str(exc)})
+
     def _update_lag(self) -> None:
         assignment = self._data.assignment()
         if not assignment:

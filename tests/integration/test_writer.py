@@ -180,6 +180,12 @@ def test_commit_carries_offsets_and_publishes_commit_done(
     producer_for(stack, change_topic).send(schema, later + stale)
     run_until_caught_up(writer)
     assert_equal_to_model(spark, table, history + later + stale)
+    # A clean stop leaves the group, so a successor is not kept waiting for this member.
+    assert writer._data.assignment()
+    writer.close()
+    admin = make_admin(stack.kafka)
+    group = admin.describe_consumer_groups([settings_.group_id])[settings_.group_id].result(30)
+    assert group.members == []
 
 
 def test_a_writer_with_an_older_epoch_is_fenced(
