@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from shared.errors import RetryableError
@@ -63,6 +71,43 @@ def make_consumer(settings: KafkaSettings, group_id: str, **overrides: Any) -> C
     }
     config.update(overrides)
     return Consumer(config)
+
+
+def read_committed(
+    settings: KafkaSettings,
+    topic: str,
+    since: Mapping[int, int] | None = None,
+    timeout_s: float = 30.0,
+) -> Iterator[Message]:
+    """Every committed record of ``topic`` after the offsets ``since`` (a partition left out:
+    from 0), partition by partition up to the end each had when it was reached, or until
+    ``timeout_s`` runs out. Nothing when the topic does not exist."""
+    consumer = Consumer(
+        settings.client_config()
+        | {
+            "group.id": f"icefjord-reader-{uuid.uuid4().hex[:12]}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        info = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if info is None or info.error is not None:
+            return
+        starts = since or {}
+        consumer.assign([TopicPartition(topic, p, starts.get(p, 0)) for p in info.partitions])
+        left = set(info.partitions)
+        deadline = time.monotonic() + timeout_s
+        while left and time.monotonic() < deadline:
+            for message in consumer.consume(10_000, 0.5):
+                error = message.error()
+                if error is None:
+                    yield message
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    left.discard(message.partition())
+    finally:
+        consumer.close()
 
 
 def make_admin(settings: KafkaSettings) -> AdminClient:

@@ -10,11 +10,11 @@ hide any.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from shared.kafka import read_committed
 from shared.settings import KafkaSettings
 
 WATERMARK = "icefjord.watermark-ms"
@@ -100,37 +100,13 @@ def count_committed(
     """Committed records of ``topic`` after offsets ``since`` (missing partitions: from 0)
     whose ``icefjord.source.topic`` header starts with ``source_prefix`` (dead letters of
     other pipelines on a shared topic are not ours)."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
     ends = end_offsets(kafka, topic)
     if not ends or all(ends[p] <= since.get(p, 0) for p in ends):
         return 0
-    consumer = Consumer(
-        kafka.client_config()
-        | {
-            "group.id": f"icefjord-demo-{uuid.uuid4()}",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-        }
-    )
-    try:
-        consumer.assign([TopicPartition(topic, p, since.get(p, 0)) for p in ends])
-        count, at_end = 0, set[int]()
-        deadline = time.monotonic() + timeout_s
-        while len(at_end) < len(ends) and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(message.partition())
-                continue
-            headers = dict(message.headers() or [])
-            origin = headers.get(SOURCE_TOPIC_HEADER, b"").decode(errors="replace")
-            if origin.startswith(source_prefix):
-                count += 1
-        return count
-    finally:
-        consumer.close()
+    count = 0
+    for message in read_committed(kafka, topic, since, timeout_s):
+        headers = dict(message.headers() or [])
+        origin = headers.get(SOURCE_TOPIC_HEADER, b"").decode(errors="replace")
+        if origin.startswith(source_prefix):
+            count += 1
+    return count

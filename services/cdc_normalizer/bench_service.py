@@ -22,7 +22,6 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.schema_registry import Schema
 from prometheus_client import CollectorRegistry
 
@@ -32,7 +31,7 @@ from services.cdc_normalizer.config import NormalizerSettings
 from services.cdc_normalizer.metrics import NormalizerMetrics
 from services.cdc_normalizer.pipeline import changes_topic
 from services.cdc_normalizer.table_schema import TableId
-from shared.kafka import TopicRequest, ensure_topics, make_admin, make_producer
+from shared.kafka import TopicRequest, ensure_topics, make_admin, make_producer, read_committed
 from shared.registry import make_registry_client
 
 log = logging.getLogger(__name__)
@@ -87,36 +86,6 @@ def _produce_input(
         producer.poll(0)
     if producer.flush(60) != 0:
         raise RuntimeError("the input records were not all delivered")
-
-
-def _committed_count(settings: NormalizerSettings, topic: str) -> int:
-    """Records a read_committed reader sees on ``topic`` (every partition, from the start)."""
-    consumer = Consumer(
-        settings.kafka.client_config()
-        | {
-            "group.id": f"bench-verify-{uuid.uuid4().hex[:8]}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    try:
-        metadata = consumer.list_topics(topic, timeout=10).topics[topic]
-        partitions = [TopicPartition(topic, p, 0) for p in metadata.partitions]
-        consumer.assign(partitions)
-        left = {p.partition for p in partitions}
-        seen = 0
-        deadline = time.monotonic() + 120
-        while left and time.monotonic() < deadline:
-            for message in consumer.consume(10_000, 1.0):
-                error = message.error()
-                if error is None:
-                    seen += 1
-                elif error.code() == KafkaError._PARTITION_EOF:
-                    left.discard(message.partition())
-        return seen
-    finally:
-        consumer.close()
 
 
 def _remove(settings: NormalizerSettings, topics: list[str]) -> None:
@@ -178,7 +147,7 @@ def bench_service(
         service.close()
     output = changes_topic(TableId(namespace, "orders"))
     try:
-        committed = _committed_count(settings, output)
+        committed = sum(1 for _ in read_committed(settings.kafka, output, timeout_s=120))
         if committed != count:
             raise RuntimeError(f"{output} holds {committed} committed changes, expected {count}")
         progress(f"{output}: {committed:,} committed changes, one per record")

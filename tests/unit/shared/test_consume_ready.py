@@ -5,24 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from fetched_consumer import FetchedConsumer as Fetched
 
 from shared.kafka import consume_ready
 
 pytestmark = pytest.mark.unit
-
-
-class Fetched:
-    """A consumer with ``fetched`` records in its local queue; nothing else arrives."""
-
-    def __init__(self, fetched: int) -> None:
-        self.fetched = fetched
-        self.calls: list[tuple[int, float]] = []
-
-    def consume(self, count: int, timeout: float) -> list[int]:
-        self.calls.append((count, timeout))
-        taken = min(count, self.fetched)
-        self.fetched -= taken
-        return list(range(taken))
 
 
 def test_a_batch_is_what_was_fetched_without_waiting_for_the_limit() -> None:

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from fetched_consumer import FetchedConsumer
 
 from services.iceberg_writer import writer as writer_module
 from services.iceberg_writer.writer import CONSUME_BATCH, Writer
@@ -13,25 +14,11 @@ from services.iceberg_writer.writer import CONSUME_BATCH, Writer
 pytestmark = pytest.mark.unit
 
 
-class Queue:
-    """A consumer holding ``waiting`` records already fetched; consume never waits."""
-
-    def __init__(self, waiting: int) -> None:
-        self.waiting = waiting
-        self.calls: list[tuple[int, float]] = []
-
-    def consume(self, count: int, timeout: float) -> list[str]:
-        self.calls.append((count, timeout))
-        taken = min(count, self.waiting)
-        self.waiting -= taken
-        return ["record"] * taken
-
-
 class Taking(Writer):
     """A Writer whose messages all belong to one table and only count."""
 
     def __init__(self, waiting: int, max_records: int = 200_000) -> None:
-        self._data = Queue(waiting)  # type: ignore[assignment]
+        self._data = FetchedConsumer(waiting)  # type: ignore[assignment]
         self.table = SimpleNamespace(pending=[], clock=SimpleNamespace(max_records=max_records))
 
     def _on_message(self, message: Any, now: float) -> None:
@@ -42,7 +29,7 @@ def test_a_backlog_is_taken_whole_before_the_commit() -> None:
     writer = Taking(waiting=2 * CONSUME_BATCH + 1234)
     writer._take_waiting([writer.table])  # type: ignore[list-item]
     assert len(writer.table.pending) == 2 * CONSUME_BATCH + 1234
-    assert writer._data.waiting == 0  # type: ignore[attr-defined]
+    assert writer._data.fetched == 0  # type: ignore[attr-defined]
     assert all(timeout == 0 for _, timeout in writer._data.calls)  # type: ignore[attr-defined]
 
 
@@ -57,7 +44,7 @@ def test_taking_stops_once_a_due_batch_is_full() -> None:
     writer = Taking(waiting=10 * CONSUME_BATCH, max_records=2 * CONSUME_BATCH)
     writer._take_waiting([writer.table])  # type: ignore[list-item]
     assert len(writer.table.pending) == 2 * CONSUME_BATCH
-    assert writer._data.waiting == 8 * CONSUME_BATCH  # type: ignore[attr-defined]
+    assert writer._data.fetched == 8 * CONSUME_BATCH  # type: ignore[attr-defined]
 
 
 def test_taking_stops_at_its_time_limit(monkeypatch: pytest.MonkeyPatch) -> None:
