@@ -169,7 +169,8 @@ def start_services(
         )
     for service in services:
         if not service.check().healthy:
-            log(f"starting {service.name} ({service.spec.module})")
+            build = f", {service.build}" if service.build else ""
+            log(f"starting {service.name} ({service.spec.module}{build})")
             service.start()
     deadline = time.monotonic() + timeout_s
     for service in services:

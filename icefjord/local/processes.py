@@ -42,8 +42,14 @@ class ManagedProcess:
             return None
         return pid
 
-    def start(self, command: Sequence[str], env: Mapping[str, str] | None = None) -> int:
-        """Start detached (own session, so it outlives this CLI); return the pid."""
+    def start(
+        self,
+        command: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> int:
+        """Start detached (own session, so it outlives this CLI) in ``cwd`` (default: this
+        process's); return the pid."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with self.log_file.open("ab") as log:
             log.write(f"\n=== starting {self.name} at {time.ctime()} ===\n".encode())
@@ -54,6 +60,7 @@ class ManagedProcess:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, **(env or {})},
+                cwd=cwd,
                 start_new_session=True,
             )
         self.pid_file.write_text(str(proc.pid))

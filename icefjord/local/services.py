@@ -18,7 +18,9 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from icefjord.local.compiled import checkout_root, compiled_build
 from icefjord.local.components import Health
 from icefjord.local.processes import ManagedProcess
 from icefjord.local.settings import LocalSettings
@@ -124,6 +126,8 @@ class ServiceProcess:
     settings: LocalSettings
     env: dict[str, str] = field(default_factory=dict)
     python: str = sys.executable
+    cwd: Path | None = None
+    build: str = ""  # which build runs, when there is a choice (the normalizer's)
 
     def __post_init__(self) -> None:
         self.process = ManagedProcess(f"service-{self.spec.name}", self.settings.state / "run")
@@ -149,7 +153,7 @@ class ServiceProcess:
         with self._starting:
             if self.process.pid() is not None:
                 return
-            self.process.start([self.python, "-m", self.spec.module], env=self.env)
+            self.process.start([self.python, "-m", self.spec.module], env=self.env, cwd=self.cwd)
 
     def stop(self) -> bool:
         return self.process.stop()
@@ -206,5 +210,28 @@ def service_processes(
             source_topic_prefix=source_topic_prefix,
             extra=(extra_env or {}).get(name),
         )
-        out.append(ServiceProcess(spec, settings, env))
+        process = ServiceProcess(spec, settings, env)
+        if spec is NORMALIZER:
+            choose_normalizer_build(process, settings)
+        out.append(process)
     return out
+
+
+def choose_normalizer_build(process: ServiceProcess, settings: LocalSettings) -> None:
+    """Run ``process`` (the normalizer) from the mypyc build when it is fresh, else plain.
+
+    The build directory goes first on ``PYTHONPATH`` and is the working directory too:
+    ``python -m`` puts the working directory first on ``sys.path``, and from the checkout
+    that would be the plain sources.
+    """
+    if not settings.compiled_normalizer:
+        process.build = "plain CPython (compiled_normalizer is off)"
+        return
+    build = compiled_build(settings.state / "compiled", checkout_root())
+    if not build.fresh:
+        process.build = f"plain CPython: {build.reason}"
+        return
+    inherited = process.env.get("PYTHONPATH") or os.environ.get("PYTHONPATH")
+    process.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(build.path), inherited]))
+    process.cwd = build.path
+    process.build = build.reason
