@@ -72,10 +72,12 @@ class NormalizerSettings(ServiceSettings):
         "Set 1 for a single-broker stack.",
     )
     metadata_refresh_ms: int = Field(
-        default=5000,
+        default=1000,
         ge=100,
         description="How often topics matching include_pattern are discovered (librdkafka's "
-        "default is 5 minutes, so a table created mid-run would wait that long).",
+        "default is 5 minutes, so a table created mid-run would wait that long). Every "
+        "refresh is one metadata request for all topics: raise it on clusters of many "
+        "thousands of topics.",
     )
     set_compatibility: str | None = Field(
         default="BACKWARD",

@@ -136,7 +136,10 @@ class WriterSettings(ServiceSettings):
         "reporting ready, so the first real commits are not 20-30 s slower.",
     )
     metadata_refresh_ms: int = Field(
-        default=5000, ge=100, description="How often new change topics are discovered."
+        default=1000,
+        ge=100,
+        description="How often new change topics are discovered: a new table's first "
+        "changes wait up to this long, twice (normalizer and writer).",
     )
 
     @field_validator("topic_pattern")
