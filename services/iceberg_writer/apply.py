@@ -112,12 +112,12 @@ class BatchWriter:
         columns: Sequence[str],
         keys: Sequence[str],
         position_column: str,
-        table_is_empty: bool,
+        path: Path,
         summary: Mapping[str, str],
     ) -> WriteResult:
-        """Commit ``batch`` to ``target`` (a quoted Spark name) as ONE Iceberg snapshot."""
+        """Commit ``batch`` to ``target`` (a quoted Spark name) as ONE Iceberg snapshot, the
+        way ``path`` (from :meth:`BatchPlan.path`) says."""
         started = time.monotonic()
-        path = plan.path(table_is_empty)
         staged = os.path.join(self._staging, f"batch-{uuid.uuid4().hex}.parquet")
         pq.write_table(batch, staged)
         try:
@@ -138,7 +138,7 @@ class BatchWriter:
         return WriteResult(path, time.monotonic() - started)
 
     def warm_up(self, properties: Mapping[str, str]) -> float:
-        """Run the append and MERGE paths once on a throwaway table; return the seconds.
+        """Run the append, MERGE and insert paths once on a throwaway table; return the seconds.
 
         A JVM's first MERGE loads and compiles most of Spark and Iceberg: 20-30 s on 2 cores,
         which would otherwise land on the first real commits (an initial snapshot, or the
@@ -168,7 +168,7 @@ class BatchWriter:
                     DELETE_FLAG: [i % 10 == 0 for i in range(100)],
                 }
             )
-            for path in (Path.APPEND, Path.MERGE):
+            for path in (Path.APPEND, Path.MERGE, Path.INSERT):
                 staged = os.path.join(warehouse, f"batch-{path.value}.parquet")
                 pq.write_table(rows, staged)
                 frame = self._spark.read.parquet(staged)
@@ -202,10 +202,14 @@ class BatchWriter:
             names = ", ".join(quote(c) for c in columns)
             values = ", ".join(f"s.{quote(c)}" for c in columns)
             flag = quote(DELETE_FLAG)
-            statement = (
-                f"MERGE INTO {target} t USING {view} s ON {on} "
-                f"WHEN MATCHED AND s.{flag}{guard} THEN DELETE "
+            matched = (
+                ""
+                if path is Path.INSERT  # Spark plans a MERGE without these as an anti-join
+                else f"WHEN MATCHED AND s.{flag}{guard} THEN DELETE "
                 f"WHEN MATCHED AND NOT s.{flag}{guard} THEN UPDATE SET {updates} "
+            )
+            statement = (
+                f"MERGE INTO {target} t USING {view} s ON {on} {matched}"
                 f"WHEN NOT MATCHED AND NOT s.{flag} THEN INSERT ({names}) VALUES ({values})"
             )
             if path is Path.REPLACE:

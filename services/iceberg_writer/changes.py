@@ -52,6 +52,7 @@ class Path(enum.StrEnum):
     """How a batch reaches the table."""
 
     APPEND = "append"  # the table is empty: plain append of the upserts, no merge
+    INSERT = "insert"  # snapshot reads no newer than any stored row: only new keys go in
     MERGE = "merge"  # upserts and deletes guarded by the stored position
     REPLACE = "replace"  # a truncate: the batch's rows become the whole table
 
@@ -71,11 +72,32 @@ class BatchPlan:
     def changes(self) -> tuple[Change, ...]:
         return self.upserts + self.deletes
 
-    def path(self, table_is_empty: bool) -> Path:
+    @property
+    def reads_only(self) -> bool:
+        """Only snapshot reads: the batch inserts or overwrites, and deletes nothing."""
+        return (
+            bool(self.upserts) and not self.deletes and all(c.op is Op.READ for c in self.upserts)
+        )
+
+    def path(self, table_is_empty: bool, stored_floor: str | None = None) -> Path:
+        """How to write the batch; ``stored_floor`` is the lowest position of any stored row
+        (None: unknown, or a row without one).
+
+        INSERT writes only the keys the table lacks. It equals the MERGE when every change is
+        a snapshot read at or below ``stored_floor``: the MERGE's guard then refuses every
+        matched key, except at an equal position, which is the same source event replayed
+        (a position orders the changes of one key), so the row it would overwrite is the
+        same row. Debezium gives all the reads of one snapshot one position, so every batch
+        of a snapshot after the first takes this path: an anti-join and an append instead of
+        a join that also plans deletes.
+        """
         if self.truncated:
             return Path.REPLACE
         if table_is_empty:
             return Path.APPEND  # deletes of rows that do not exist are no-ops
+        newest = max((c.position for c in self.upserts), default=None)
+        if self.reads_only and stored_floor is not None and newest is not None:
+            return Path.INSERT if newest <= stored_floor else Path.MERGE
         return Path.MERGE
 
 

@@ -21,6 +21,7 @@ class WriterMetrics:
     changes_applied: Counter
     batch_records: Histogram
     commit_duration: Histogram
+    commits: Counter
     freshness: Histogram
     consumer_lag: Gauge
     commit_conflicts: Counter
@@ -53,6 +54,12 @@ class WriterMetrics:
                 "Change records in one committed batch.",
                 ["table"],
                 buckets=(1, 10, 100, 1_000, 5_000, 10_000, 50_000, 100_000, 500_000),
+                registry=registry,
+            ),
+            commits=Counter(
+                f"{PREFIX}_commits_total",
+                "Commits by table and write path (append, insert, merge, replace).",
+                ["table", "path"],
                 registry=registry,
             ),
             commit_duration=Histogram(

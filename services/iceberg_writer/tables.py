@@ -206,6 +206,29 @@ def checkpoint_of(table: Table) -> Checkpoint | None:
     )
 
 
+def position_floor(table: Table, column: str) -> str | None:
+    """The lowest position of any row in ``table``'s data files, from their column bounds.
+
+    None when it is not known for certain: no data files, a file without a lower bound for
+    ``column`` or without a null count, or a null position in any file (a row the MERGE's
+    guard always overwrites). A bound of a deleted row only lowers the floor, which is safe.
+    Bounds are only exact with full metrics for ``column`` (set at creation); a truncated
+    bound is a prefix, lower than the position, so the floor is then merely too low.
+    """
+    field_id = table.schema().find_field(column).field_id
+    floor: str | None = None
+    tasks = table.scan().plan_files()
+    for task in tasks:
+        data = task.file
+        lower = (data.lower_bounds or {}).get(field_id)
+        nulls = (data.null_value_counts or {}).get(field_id)
+        if lower is None or nulls is None or nulls > 0:
+            return None
+        bound = lower.decode("utf-8")
+        floor = bound if floor is None else min(floor, bound)
+    return floor
+
+
 class TableStore:
     """Creates and evolves tables through Spark; reads their metadata through pyiceberg."""
 
@@ -244,6 +267,9 @@ class TableStore:
         properties = {**DEFAULT_PROPERTIES, **(config.properties or {})}
         properties[SCHEMA_ID_PROPERTY] = str(schema_id)
         properties[SCHEMA_IDS_PROPERTY] = str(schema_id)
+        # Whole positions in the files' bounds, not 16-character prefixes: position_floor
+        # reads them to let snapshot batches skip the MERGE.
+        properties.setdefault(f"write.metadata.metrics.column.{self.metadata.position}", "full")
         columns = ", ".join(
             f"{quote(f.name)} {spark_type(f.field_type)}{' NOT NULL' if f.required else ''}"
             for f in schema.fields

@@ -53,6 +53,7 @@ from services.iceberg_writer.tables import (
     applied_schema_ids,
     checkpoint_of,
     encode_offsets,
+    position_floor,
 )
 from services.iceberg_writer.types import row_converters, row_record
 from shared.avro import AvroCodec, WireFormatError, split_header
@@ -664,6 +665,10 @@ class Writer:
             snapshot = table.current_snapshot()
             total = snapshot.summary.get("total-records") if snapshot and snapshot.summary else None
             empty = snapshot is None or int(total or 0) == 0
+            floor = None
+            if plan.reads_only and not empty:
+                floor = position_floor(table, self._store.metadata.position)
+            path = plan.path(empty, floor)
             batch = arrow_batch(plan, table, state.keys, state.converters, self._store.metadata)
             try:
                 result = self._batch_writer.write(
@@ -673,7 +678,7 @@ class Writer:
                     state.columns,
                     state.keys,
                     self._store.metadata.position,
-                    empty,
+                    path,
                     summary,
                 )
                 break
@@ -706,6 +711,7 @@ class Writer:
             self.metrics.changes_applied.labels(state.name, change.op.value).inc()
         self.metrics.batch_records.labels(state.name).observe(len(state.pending))
         self.metrics.commit_duration.labels(state.name).observe(seconds)
+        self.metrics.commits.labels(state.name, result.path.value).inc()
         self.metrics.last_commit.labels(state.name).set(time.time())
         freshness = [now_ms - c.source_ts_ms for c in state.pending]
         self.freshness_samples.extend(max(0.0, f / 1000) for f in freshness)

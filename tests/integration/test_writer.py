@@ -267,10 +267,52 @@ def publish_schema_change(stack: Stack, topic: str, change: SchemaChange) -> Non
     publisher.flush()
 
 
-def test_the_warm_up_runs_both_write_paths_and_leaves_no_trace(
+def commits_by_path(writer: Writer, table: str) -> dict[str, float]:
+    return {
+        sample.labels["path"]: sample.value
+        for metric in writer.metrics.commits.collect()
+        for sample in metric.samples
+        if sample.name.endswith("_total") and sample.labels["table"] == table
+    }
+
+
+def test_snapshot_reads_into_a_table_with_rows_insert_only_the_missing_keys(
+    stack: Stack, spark: Any, change_topic: str
+) -> None:
+    from services.iceberg_writer.tables import position_floor
+    from shared.catalog import open_catalog
+
+    table = change_topic.removeprefix("icefjord.changes.")
+    schema = change_schema(*table.split("."))
+    writer = start_writer(writer_settings(stack, change_topic))
+    producer = producer_for(stack, change_topic)
+    stored = [Event(1000 + k, "READ", k, name=f"stored {k}") for k in range(1, 101)]
+    producer.send(schema, stored)
+    run_until_caught_up(writer)
+    # Full bounds on the position column: the floor is the oldest stored position itself.
+    floor = position_floor(open_catalog(stack.catalog).load_table(table), POSITION)
+    assert floor == stored[0].position
+    # Reads older than every stored row: keys 51-100 keep their newer rows, 101-150 go in.
+    older = [Event(k - 50, "READ", k, name=f"older {k}") for k in range(51, 151)]
+    producer.send(schema, older)
+    run_until_caught_up(writer)
+    assert_equal_to_model(spark, table, stored + older)
+    assert commits_by_path(writer, table).get("insert", 0) >= 1
+    deletes = spark.sql(f"SELECT count(*) AS n FROM icefjord.{table}.delete_files").collect()
+    assert deletes[0]["n"] == 0
+    # A newer read of a stored key is no longer insert-only: it must overwrite the row.
+    newer = [Event(5000, "READ", 7, name="newer 7")]
+    producer.send(schema, newer)
+    run_until_caught_up(writer)
+    assert_equal_to_model(spark, table, stored + older + newer)
+    assert commits_by_path(writer, table).get("merge", 0) >= 1
+    writer.close()
+
+
+def test_the_warm_up_runs_every_write_path_and_leaves_no_trace(
     stack: Stack, spark: Any, tmp_path: Any
 ) -> None:
-    """BatchWriter.warm_up appends and MERGEs on a table in a session-only Hadoop catalog:
+    """BatchWriter.warm_up runs each write path on a table in a session-only Hadoop catalog:
     the real catalog's namespaces are unchanged and the staging directory is empty after."""
     from services.iceberg_writer.apply import BatchWriter
     from services.iceberg_writer.tables import DEFAULT_PROPERTIES
@@ -280,6 +322,6 @@ def test_the_warm_up_runs_both_write_paths_and_leaves_no_trace(
     before = set(catalog.list_namespaces())
     staging = tmp_path / "staging"
     writer = BatchWriter(spark, str(staging))
-    writer.warm_up(DEFAULT_PROPERTIES)  # raises if the append or the MERGE fails
+    writer.warm_up(DEFAULT_PROPERTIES)  # raises if a write path fails
     assert set(catalog.list_namespaces()) == before
     assert list(staging.iterdir()) == []
