@@ -5,8 +5,9 @@ Phases (each reported, see :mod:`icefjord.demo.report`): *snapshot* (rows loaded
 capture starts, time until Iceberg holds them all), one *rate* phase per offered rate
 (source paced), *max* (source unpaced). Each phase ends when the writer has caught up with
 its last change. Throughout, the services' ``/metrics`` are sampled every ~2 s
-(:mod:`icefjord.demo.benchstats`). At the end every table is compared with its source: a
-benchmark whose output is wrong is not a result.
+(:mod:`icefjord.demo.benchstats`), and at each phase's start and end the CPU seconds of
+every component are read from ``/proc`` (:mod:`icefjord.demo.cpu`). At the end every table
+is compared with its source: a benchmark whose output is wrong is not a result.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from rich.live import Live
 from icefjord.demo.benchstats import Carry, PhaseResult, Sample, reading_of, span
 from icefjord.demo.catchup import behind, caught_up, count_committed, end_offsets
 from icefjord.demo.catchup import iceberg_watermarks as watermarks_of
+from icefjord.demo.cpu import CpuReading, CpuUse, Root, cpu_use, pid_in_file, read_cpu
 from icefjord.demo.plan import Insert, Planner, Transaction, WorkloadSpec
 from icefjord.demo.progress import ProgressView, render, scrape_all
 from icefjord.demo.report import BenchReport, Machine, TableCheck, write_report
@@ -44,12 +46,20 @@ from icefjord.demo.run import (
 )
 from icefjord.demo.source import DemoSource, PostgresDemoSource
 from icefjord.demo.workload import PostgresWorkload, WorkloadResult, paced
+from icefjord.local.postgres import PostgresCluster
+from icefjord.local.processes import ManagedProcess
 from icefjord.local.services import SERVICE_NAMES, ServiceProcess, service_processes
 from icefjord.local.settings import LocalSettings
 from icefjord.local.stack import LocalStack
 from shared.settings import DEAD_LETTER_TOPIC, CatalogSettings, KafkaSettings
 
 SCHEMA_BASE = "bench_e2e"
+BENCH_CLIENT = "bench client (workload, sampling)"
+STACK_PROCESSES = (
+    ("kafka", "Kafka broker"),
+    ("registry", "schema registry"),
+    ("connect", "Kafka Connect (Debezium)"),
+)
 
 
 @dataclass(frozen=True)
@@ -160,6 +170,28 @@ def _ts(snapshot: Any) -> int:
     return int(snapshot.timestamp_ms)
 
 
+def cpu_roots(
+    settings: LocalSettings, services: Sequence[ServiceProcess]
+) -> dict[str, Root | None]:
+    """Each component's root pid now (None: no pid file), in the report's order."""
+
+    def session(pid_file: Path) -> Root | None:
+        pid = pid_in_file(pid_file)
+        return None if pid is None else Root(pid, "session")
+
+    # Every postmaster child leads its own session: count the postmaster's tree.
+    postmaster = pid_in_file(PostgresCluster(settings).data / "postmaster.pid")
+    roots = {"PostgreSQL": None if postmaster is None else Root(postmaster, "tree")}
+    run = settings.state / "run"
+    for name, label in STACK_PROCESSES:
+        roots[label] = session(ManagedProcess(name, run).pid_file)
+    for service in services:
+        label = f"{service.name} service" + (" + Spark JVM" if service.spec.uses_spark else "")
+        roots[label] = session(service.process.pid_file)
+    roots[BENCH_CLIENT] = Root(os.getpid(), "process")
+    return roots
+
+
 class Bench:
     """One run: samples, live display, phases."""
 
@@ -189,6 +221,7 @@ class Bench:
         self.samples: list[Sample] = []
         self.phase = "setup"
         self.last_change_ms: dict[str, int] = {}
+        self.cores = os.cpu_count() or 1
 
     def sample(self, extra: Sequence[tuple[str, str]] = ()) -> Sample:
         scrape = scrape_all(self.endpoints, self.counter.value)
@@ -207,6 +240,15 @@ class Bench:
     def relative(self, unix: float | None) -> float | None:
         return None if unix is None else unix - self.wall0
 
+    def cpu_reading(self) -> CpuReading | None:
+        """Every component's CPU seconds so far (None: no ``/proc`` here)."""
+        return read_cpu(cpu_roots(self.settings, self.services))
+
+    def cpu_since(self, start: CpuReading | None) -> CpuUse | None:
+        """The CPU each component used since ``start`` (None: not measured)."""
+        end = self.cpu_reading()
+        return None if start is None or end is None else cpu_use(start, end, self.cores)
+
     # -- phases ----------------------------------------------------------------------------
 
     def snapshot(self, planner: Planner) -> PhaseResult:
@@ -221,6 +263,7 @@ class Bench:
             loaded = copy_load(workload, planner.seed(batch=1000))
             log(f"COPY loaded {loaded:,} rows in {time.monotonic() - began:.1f} s")
         first = self.sample()
+        cpu_start = self.cpu_reading()
         start_t = first.t
         if isinstance(self.source, PostgresDemoSource):
             self.source.connect.register(names.connector, self.source.connector_config())
@@ -240,6 +283,7 @@ class Bench:
             if reached is not None:
                 break
             self.tick()
+        cpu = self.cpu_since(cpu_start)
         end_t = self.relative(reached) if reached is not None else last.t
         assert end_t is not None
         log(f"snapshot: {total:,} rows in Iceberg {end_t - start_t:.1f} s after capture start")
@@ -252,6 +296,7 @@ class Bench:
             caught_up=reached is not None,
             figures=span(first, last),
             snapshot_rows=total,
+            cpu=cpu,
         )
 
     def stream(self, planner: Planner, rate: float | None) -> PhaseResult:
@@ -276,6 +321,7 @@ class Bench:
                 outcome["error"] = exc
 
         first = self.sample()
+        cpu_start = self.cpu_reading()
         worker = threading.Thread(target=work, name=f"bench-{name}", daemon=True)
         worker.start()
         try:
@@ -293,6 +339,7 @@ class Bench:
         self.last_change_ms.update(result.last_change_ms)
         stopped = self.sample()
         done, last = self.catch_up()
+        cpu = self.cpu_since(cpu_start)
         end = self.relative(last.last_commit_unix) if done else None
         end_t = max(stopped.t, end if end is not None else last.t)
         return PhaseResult(
@@ -303,6 +350,7 @@ class Bench:
             drain_seconds=max(0.0, end_t - first.t - result.seconds),
             caught_up=done,
             figures=span(first, last),
+            cpu=cpu,
         )
 
     def catch_up(self) -> tuple[bool, Sample]:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
+from icefjord.demo.cpu import CpuUse
 from icefjord.demo.progress import (
     FRESHNESS,
     Samples,
@@ -257,7 +258,8 @@ class PhaseResult:
     """One phase: ``kind`` snapshot, rate (``offered_rate`` changes/s) or max. The source
     ran for ``source_seconds``; ``drain_seconds`` more passed until Iceberg had caught up
     (``caught_up`` False: it had not within the timeout). ``figures`` spans the whole phase,
-    source and drain."""
+    source and drain; ``cpu`` the CPU seconds per component over the same time (None: not
+    measured, no ``/proc``)."""
 
     name: str
     kind: str
@@ -267,6 +269,7 @@ class PhaseResult:
     caught_up: bool
     figures: Span
     snapshot_rows: int = 0
+    cpu: CpuUse | None = None
 
     @property
     def seconds(self) -> float:

@@ -1,16 +1,16 @@
 """The end-to-end benchmark's report: ``report.md``, ``bench.png`` and ``series.csv``.
 
-:func:`render_markdown` and :func:`series_csv` are pure; :func:`plot` draws freshness and
-throughput over time with the phase boundaries, and data files, with matplotlib (Agg);
-:func:`write_report` writes all three, and still writes ``report.md`` (saying how to
-install the chart dependency) when matplotlib is missing.
+:func:`render_markdown`, :func:`cpu_rows` and :func:`series_csv` are pure; :func:`plot` draws
+freshness and throughput over time with the phase boundaries, and data files, with
+matplotlib (Agg); :func:`write_report` writes all three, and still writes ``report.md``
+(saying how to install the chart dependency) when matplotlib is missing.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +24,7 @@ from icefjord.demo.benchstats import (
     share_within,
     windows,
 )
+from icefjord.demo.cpu import ComponentUse, CpuUse
 
 CHART_INSTALL = "pip install 'matplotlib>=3.11'"
 
@@ -109,6 +110,91 @@ def phase_rows(phases: Sequence[PhaseResult]) -> list[list[str]]:
     return rows
 
 
+def _cpu_cell(use: ComponentUse | None, available: float) -> str:
+    if use is None or use.seconds is None:
+        return "stopped" if use is not None and use.coverage == "stopped" else "-"
+    return _cpu_seconds(use.seconds, available, use.lower_bound)
+
+
+def _cpu_seconds(seconds: float | None, available: float, lower_bound: bool = False) -> str:
+    if seconds is None:
+        return "-"
+    share = f" ({seconds / available:.0%})" if available > 0 else ""
+    return (">= " if lower_bound else "") + f"{seconds:.1f}{share}"
+
+
+def cpu_rows(phases: Sequence[PhaseResult]) -> tuple[list[str], list[list[str]]]:
+    """The CPU table of the phases with CPU figures: header (component, one column per
+    phase) and rows (one per component, all listed, whole machine, wall s, available s).
+    A cell is CPU seconds and, in brackets, the share of the available CPU."""
+    measured = [(p.name, p.cpu) for p in phases if p.cpu is not None]
+    names: list[str] = []
+    for _, cpu in measured:
+        names += [c.name for c in cpu.components if c.name not in names]
+
+    def each(cell: Callable[[CpuUse], str]) -> list[str]:
+        return [cell(cpu) for _, cpu in measured]
+
+    def component(name: str) -> Callable[[CpuUse], str]:
+        def cell(cpu: CpuUse) -> str:
+            use = next((c for c in cpu.components if c.name == name), None)
+            return _cpu_cell(use, cpu.available_seconds)
+
+        return cell
+
+    rows = [[name, *each(component(name))] for name in names]
+    rows += [
+        [
+            "**all listed**",
+            *each(
+                lambda c: _cpu_seconds(c.listed_seconds, c.available_seconds, c.listed_lower_bound)
+            ),
+        ],
+        [
+            "whole machine (every process)",
+            *each(lambda c: _cpu_seconds(c.machine_seconds, c.available_seconds)),
+        ],
+        ["wall s", *each(lambda c: f"{c.wall_seconds:.1f}")],
+        [
+            "available s (cores x wall s)",
+            *each(lambda c: f"{c.available_seconds:.1f} ({c.cores} x {c.wall_seconds:.1f})"),
+        ],
+    ]
+    return ["component", *(name for name, _ in measured)], rows
+
+
+def _cpu_section(phases: Sequence[PhaseResult]) -> list[str]:
+    lines = ["## CPU seconds by component", ""]
+    if not any(p.cpu is not None for p in phases):
+        return [
+            *lines,
+            "CPU accounting is unavailable: it reads Linux's `/proc`, which this system does "
+            "not have.",
+            "",
+        ]
+    header, rows = cpu_rows(phases)
+    return [
+        *lines,
+        "CPU seconds (user + system) each component used from the phase's first sample to "
+        "its end, and in brackets its share of the CPU the machine had (cores x wall seconds).",
+        "",
+        *_table(header, rows),
+        "",
+        "- A stack process or a service counts with every process of its session (a "
+        "service's Spark JVM included); PostgreSQL is the postmaster and all its descendants "
+        "(each backend leads a session of its own); the bench client is this CLI's own "
+        "process (it drives the workload through psycopg and samples `/metrics` and the "
+        "catalog; the backend serving the workload counts under PostgreSQL). A process that "
+        "exited counts once a process of its component reaped it.",
+        "- `>=`: restarted in the phase (a new pid), counted from the new process's start: a "
+        "lower bound. *stopped*: running at the phase's start, not at its end: unknown. "
+        "`-`: not running.",
+        "- *whole machine*: busy CPU of every process on the machine (`/proc/stat`), this "
+        "benchmark's and any other's; well above *all listed* means something else took CPU.",
+        "",
+    ]
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
@@ -116,7 +202,8 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def render_markdown(report: BenchReport, chart: str | None, chart_problem: str | None) -> str:
-    """``report.md``: goals with met/missed, phases, files, verification, machine, method.
+    """``report.md``: goals with met/missed, phases, CPU by component, files, verification,
+    machine, method.
     ``chart`` is the PNG's file name (None: not drawn, ``chart_problem`` says why)."""
     m = report.machine
     verdict = (
@@ -158,6 +245,7 @@ def render_markdown(report: BenchReport, chart: str | None, chart_problem: str |
             phase_rows(report.phases),
         ),
         "",
+        *_cpu_section(report.phases),
     ]
     last = report.samples[-1] if report.samples else None
     files = [s.data_files for s in report.samples if s.data_files is not None]

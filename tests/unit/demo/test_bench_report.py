@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 from pathlib import Path
 
@@ -10,10 +11,12 @@ import pytest
 
 import icefjord.demo.report as report_module
 from icefjord.demo.benchstats import PhaseResult, Sample, span
+from icefjord.demo.cpu import ComponentUse, Coverage, CpuUse
 from icefjord.demo.report import (
     BenchReport,
     Machine,
     TableCheck,
+    cpu_rows,
     render_markdown,
     series_csv,
     write_report,
@@ -139,3 +142,75 @@ def test_write_report_without_matplotlib(tmp_path: Path, monkeypatch: pytest.Mon
     path, chart = write_report(_report(), tmp_path)
     assert chart is None and not (tmp_path / "bench.png").exists()
     assert "pip install 'matplotlib" in path.read_text()
+
+
+def _cpu(wall: float, *uses: tuple[str, float | None, Coverage]) -> CpuUse:
+    components = tuple(ComponentUse(name, seconds, coverage) for name, seconds, coverage in uses)
+    return CpuUse(wall, 2, components, machine_seconds=1.9 * wall)
+
+
+def _report_with_cpu() -> BenchReport:
+    report = _report()
+    cpus = (
+        _cpu(
+            10.0,
+            ("PostgreSQL", 2.0, "whole"),
+            ("writer service + Spark JVM", 9.0, "whole"),
+            ("bench client (workload, sampling)", 1.0, "whole"),
+        ),
+        _cpu(
+            60.0,
+            ("PostgreSQL", 15.0, "whole"),
+            ("writer service + Spark JVM", 30.0, "partial"),
+            ("bench client (workload, sampling)", 12.0, "whole"),
+        ),
+        _cpu(
+            60.0,
+            ("PostgreSQL", 40.0, "whole"),
+            ("writer service + Spark JVM", None, "stopped"),
+            ("bench client (workload, sampling)", 20.0, "whole"),
+            ("maintainer service + Spark JVM", None, "absent"),
+        ),
+    )
+    phases = tuple(dataclasses.replace(p, cpu=c) for p, c in zip(report.phases, cpus, strict=True))
+    return dataclasses.replace(report, phases=phases)
+
+
+def test_cpu_rows_one_column_per_phase_with_shares() -> None:
+    header, rows = cpu_rows(_report_with_cpu().phases)
+    assert header == ["component", "snapshot", "1,000/s", "max"]
+    by_name = {row[0]: row[1:] for row in rows}
+    assert by_name["PostgreSQL"] == ["2.0 (10%)", "15.0 (12%)", "40.0 (33%)"]
+    assert by_name["writer service + Spark JVM"] == ["9.0 (45%)", ">= 30.0 (25%)", "stopped"]
+    assert by_name["maintainer service + Spark JVM"] == ["-", "-", "-"]
+    assert by_name["**all listed**"] == ["12.0 (60%)", ">= 57.0 (48%)", ">= 60.0 (50%)"]
+    assert by_name["whole machine (every process)"] == ["19.0 (95%)", "114.0 (95%)", "114.0 (95%)"]
+    assert by_name["wall s"] == ["10.0", "60.0", "60.0"]
+    assert by_name["available s (cores x wall s)"] == [
+        "20.0 (2 x 10.0)",
+        "120.0 (2 x 60.0)",
+        "120.0 (2 x 60.0)",
+    ]
+    assert [row[0] for row in rows][:4] == [
+        "PostgreSQL",
+        "writer service + Spark JVM",
+        "bench client (workload, sampling)",
+        "maintainer service + Spark JVM",
+    ]
+
+
+def test_markdown_has_the_cpu_table_between_phases_and_files() -> None:
+    text = render_markdown(_report_with_cpu(), "bench.png", None)
+    cpu = text.split("## CPU seconds by component")[1].split("## Files")[0]
+    assert "## Phases" in text.split("## CPU seconds by component")[0]
+    assert "| component | snapshot | 1,000/s | max |" in cpu
+    assert "| PostgreSQL | 2.0 (10%) | 15.0 (12%) | 40.0 (33%) |" in cpu
+    assert "lower bound" in cpu
+    assert "| max | max |" in text and "## Verification" in text  # the rest stays
+
+
+def test_markdown_without_cpu_figures_says_unavailable() -> None:
+    text = render_markdown(_report(), "bench.png", None)
+    cpu = text.split("## CPU seconds by component")[1].split("## Files")[0]
+    assert "CPU accounting is unavailable" in cpu
+    assert "| component |" not in cpu
