@@ -157,6 +157,10 @@ class KafkaConnect:
             # 16 KB batches a snapshot went out a handful of records per request.
             "producer.batch.size": "262144",
             "producer.linger.ms": "5",
+            # Every record repeats its schema: after the same benchmark run (snapshot of
+            # 200,000 rows, 5 s at 1,000/s), the three topics held 67 MB with lz4 instead of
+            # 954 MB. The broker's CPU stayed the same.
+            "producer.compression.type": "lz4",
         }
 
     def start(self) -> None:
