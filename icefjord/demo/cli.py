@@ -94,6 +94,15 @@ def bench_pipeline_command(
     max_seconds: float = typer.Option(
         120.0, "--max-seconds", min=0, help="Seconds of the unpaced phase (0: none)."
     ),
+    set_rates: str = typer.Option(
+        "10000",
+        "--set-rates",
+        help="Offered changes/s of fixed-rate phases whose source sends set-based UPDATEs "
+        "(--rows-per-statement rows each), comma-separated; empty: none.",
+    ),
+    rows_per_statement: int = typer.Option(
+        100, "--rows-per-statement", min=2, help="Rows each set-based UPDATE changes."
+    ),
     out: Path | None = typer.Option(  # noqa: B008 (typer's idiom)
         None, "--out", help="Report directory (default <state>/bench/<timestamp>)."
     ),
@@ -104,13 +113,8 @@ def bench_pipeline_command(
     if source not in ("auto", "postgres", "generator"):
         console.print(f"[red]--source must be auto, postgres or generator, not {source!r}[/]")
         raise typer.Exit(EXIT_SETUP_FAILED)
-    try:
-        offered = tuple(float(r) for r in rates.split(",") if r.strip())
-    except ValueError:
-        offered = (-1.0,)
-    if any(r <= 0 for r in offered):
-        console.print(f"[red]--rates takes positive numbers separated by commas, not {rates!r}[/]")
-        raise typer.Exit(EXIT_SETUP_FAILED)
+    offered = _rates(rates, "--rates", console)
+    set_offered = _rates(set_rates, "--set-rates", console)
     choice: SourceChoice = source  # type: ignore[assignment]  # checked just above
     pipeline_bench(
         BenchOptions(
@@ -119,9 +123,23 @@ def bench_pipeline_command(
             rates=offered,
             phase_seconds=phase_seconds,
             max_seconds=max_seconds,
+            set_rates=set_offered,
+            rows_per_statement=rows_per_statement,
             out=out,
         )
     )
+
+
+def _rates(text: str, option: str, console: Console) -> tuple[float, ...]:
+    """Comma-separated positive numbers; exits with a message on anything else."""
+    try:
+        offered = tuple(float(r) for r in text.split(",") if r.strip())
+    except ValueError:
+        offered = (-1.0,)
+    if any(r <= 0 for r in offered):
+        console.print(f"[red]{option} takes positive numbers separated by commas, not {text!r}[/]")
+        raise typer.Exit(EXIT_SETUP_FAILED)
+    return offered
 
 
 def print_bench(result: BenchResult, console: Console) -> None:

@@ -76,6 +76,16 @@ class Update:
 
 
 @dataclass(frozen=True)
+class UpdateMany:
+    """One statement setting ``values`` (non-key columns) on every row of ``keys`` (distinct):
+    a batch job's ``UPDATE ... WHERE key IN (...)``. Debezium emits one update per row."""
+
+    table: str
+    keys: tuple[Key, ...]
+    values: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class ChangeKey:
     """``UPDATE ... SET <key> = new_key``: Debezium emits a delete and a create."""
 
@@ -108,7 +118,19 @@ class WidenColumn:
     kind: Kind
 
 
-Operation = Insert | Update | ChangeKey | Delete | CreateTable | AddColumn | WidenColumn
+Operation = (
+    Insert | Update | UpdateMany | ChangeKey | Delete | CreateTable | AddColumn | WidenColumn
+)
+ROW_OPERATIONS = (Insert, Update, UpdateMany, ChangeKey, Delete)
+
+
+def row_operations(op: Operation) -> int:
+    """Row operations ``op`` stands for: a key change counts once, a schema change never."""
+    if isinstance(op, UpdateMany):
+        return len(op.keys)
+    return 1 if isinstance(op, ROW_OPERATIONS) else 0
+
+
 DDL = (CreateTable, AddColumn, WidenColumn)
 
 
@@ -196,6 +218,14 @@ class SourceModel:
                 after = {**before, **values}
                 self.rows[table][key] = after
                 return [RowChange(table, "u", dict(before), dict(after))]
+            case UpdateMany(table, keys, values):
+                out = []
+                for key in keys:
+                    before = self.rows[table][key]
+                    after = {**before, **values}
+                    self.rows[table][key] = after
+                    out.append(RowChange(table, "u", dict(before), dict(after)))
+                return out
             case ChangeKey(table, key, new_key):
                 definition = self.tables[table]
                 before = self.rows[table].pop(key)
@@ -361,22 +391,38 @@ class Planner:
             yield self._transaction(at, tuple(self._apply(self._dml()) for _ in range(count)))
 
     def steady(
-        self, rate: float | None, duration_s: float | None = None, ops_per_tx: int | None = None
+        self,
+        rate: float | None,
+        duration_s: float | None = None,
+        ops_per_tx: int | None = None,
+        rows_per_statement: int = 1,
     ) -> Iterator[Transaction]:
         """DML only (no schema change), for benchmarks: transactions of ``ops_per_tx`` row
         operations on average (default: the spec's), spaced to ``rate`` row operations per
         second for ``duration_s`` seconds. ``rate`` None: every ``at_s`` is 0 (as fast as the
-        source goes); ``duration_s`` None: endless (the consumer stops when it wants)."""
+        source goes); ``duration_s`` None: endless (the consumer stops when it wants).
+
+        ``rows_per_statement`` above 1: every operation is an :class:`UpdateMany` of up to
+        that many live rows of one table (fewer where the table has fewer), so the source
+        spends its time in the database rather than in its client; ``ops_per_tx`` then
+        counts statements."""
         per_tx = ops_per_tx or self.spec.ops_per_tx
-        if per_tx < 1 or (rate is not None and rate <= 0):
-            raise ValueError("rate and ops_per_tx must be positive")
+        if per_tx < 1 or rows_per_statement < 1 or (rate is not None and rate <= 0):
+            raise ValueError("rate, ops_per_tx and rows_per_statement must be positive")
         if rate is None and duration_s is not None:
             raise ValueError("an unpaced stream has no duration: pass duration_s=None")
-        interval = 0.0 if rate is None else per_tx / rate
+        interval = 0.0 if rate is None else per_tx * rows_per_statement / rate
         i = 0
         while duration_s is None or i * interval < duration_s:
             count = self.rng.randint(1, 2 * per_tx - 1)
-            ops = tuple(self._apply(self._dml()) for _ in range(count))
+            ops = tuple(
+                self._apply(
+                    self._dml()
+                    if rows_per_statement == 1
+                    else self._update_many(rows_per_statement)
+                )
+                for _ in range(count)
+            )
             yield self._transaction(i * interval, ops)
             i += 1
 
@@ -415,6 +461,15 @@ class Planner:
         if roll < 0.85 and self.model.tables[table].key == ("id",) and table != "orders":
             return ChangeKey(table, key, (self._new_id(table),))
         return Delete(table, key)
+
+    def _update_many(self, rows: int) -> UpdateMany:
+        weights = {"customers": 3, "orders": 4, "payments": 2, "shipments": 2}
+        tables = [t for t in weights if t in self.model.tables and len(self._keys[t]) > 0]
+        table = self.rng.choices(tables, [weights[t] for t in tables])[0]
+        bag = self._keys[table]
+        keys = dict.fromkeys(bag.pick(self.rng) for _ in range(min(rows, len(bag))))
+        one = self._update(table, next(iter(keys)))
+        return UpdateMany(table, tuple(keys), one.values)
 
     def _new_id(self, table: str) -> int:
         self._next_id[table] = self._next_id.get(table, 0) + 1

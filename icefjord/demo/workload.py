@@ -30,6 +30,7 @@ from icefjord.demo.model import (
     widen_column_sql,
 )
 from icefjord.demo.plan import (
+    ROW_OPERATIONS,
     AddColumn,
     ChangeKey,
     CreateTable,
@@ -38,7 +39,9 @@ from icefjord.demo.plan import (
     Operation,
     Transaction,
     Update,
+    UpdateMany,
     WidenColumn,
+    row_operations,
 )
 
 
@@ -64,8 +67,8 @@ class WorkloadProgress:
         match op:
             case Insert():
                 self.inserts += 1
-            case Update():
-                self.updates += 1
+            case Update() | UpdateMany():
+                self.updates += row_operations(op)
             case ChangeKey():
                 self.key_changes += 1
             case Delete():
@@ -210,7 +213,7 @@ class PostgresWorkload:
                 assert xid_row is not None
                 for op in tx.ops:
                     self.progress.count(op)
-                    if isinstance(op, Insert | Update | ChangeKey | Delete):
+                    if isinstance(op, ROW_OPERATIONS):
                         self._last_xid[op.table] = int(xid_row[0])
         self.progress.transactions += 1
 
@@ -282,6 +285,30 @@ class PostgresWorkload:
             self._statements[cache_key] = text
         return text
 
+    def _update_many_statement(self, table: str, names: tuple[str, ...]) -> bytes:
+        """``UPDATE t SET ... FROM unnest(<key arrays>) WHERE <key> = <unnested key>``: one
+        array parameter per key column, each cast to the column's type (composite keys too)."""
+        cache_key = ("update_many", table, names)
+        text = self._statements.get(cache_key)
+        if text is None:
+            definition = self.tables[table]
+            key_columns = [definition.column(k) for k in definition.key]
+            arrays = sql.SQL(", ").join(
+                sql.SQL("%s::{}[]").format(sql.SQL(c.pg_type(self.schema))) for c in key_columns
+            )
+            statement = sql.SQL("UPDATE {} AS t SET {} FROM unnest({}) AS k({}) WHERE {}").format(
+                self._qualified(table),
+                sql.SQL(", ").join(sql.SQL("{} = %s").format(sql.Identifier(n)) for n in names),
+                arrays,
+                sql.SQL(", ").join(sql.Identifier(c.name) for c in key_columns),
+                sql.SQL(" AND ").join(
+                    sql.SQL("t.{0} = k.{0}").format(sql.Identifier(c.name)) for c in key_columns
+                ),
+            )
+            text = statement.as_bytes(self.connection())
+            self._statements[cache_key] = text
+        return text
+
     def _execute(self, op: Operation) -> None:
         conn = self.connection()
         match op:
@@ -307,6 +334,14 @@ class PostgresWorkload:
             case ChangeKey(table, key, new_key):
                 conn.execute(
                     self._statement("update", table, self.tables[table].key), [*new_key, *key]
+                )
+            case UpdateMany(table, keys, values):
+                conn.execute(
+                    self._update_many_statement(table, tuple(values)),
+                    [
+                        *(self.adapt(table, n, v) for n, v in values.items()),
+                        *(list(column) for column in zip(*keys, strict=True)),
+                    ],
                 )
             case Delete(table, key):
                 conn.execute(self._statement("delete", table, ()), list(key))

@@ -21,7 +21,7 @@ from icefjord.demo.benchstats import (
     span,
     windows,
 )
-from icefjord.demo.plan import DDL, Planner, WorkloadSpec
+from icefjord.demo.plan import DDL, Planner, UpdateMany, WorkloadSpec
 from icefjord.demo.progress import Scrape, histogram_quantile, parse_metrics
 
 pytestmark = pytest.mark.unit
@@ -244,6 +244,14 @@ def test_source_counter_counts_executed_transactions() -> None:
         assert counter.value == seen  # not counted before it ran
         seen += len(tx.ops)
     assert counter.value == seen == sum(len(tx.ops) for tx in plan)
+    # A set-based statement counts every row it changes.
+    planner = Planner(WorkloadSpec(initial_rows=200, seed=3))
+    list(planner.seed())
+    set_based = list(planner.steady(5000.0, 0.5, rows_per_statement=20))
+    counter = SourceCounter()
+    list(counter.counted(set_based))
+    rows = sum(len(op.keys) for tx in set_based for op in tx.ops if isinstance(op, UpdateMany))
+    assert counter.value == rows > len([op for tx in set_based for op in tx.ops])
 
 
 def test_until_stops_at_the_deadline() -> None:

@@ -20,8 +20,10 @@ from icefjord.demo.plan import (
     SourceModel,
     Transaction,
     Update,
+    UpdateMany,
     WidenColumn,
     WorkloadSpec,
+    row_operations,
 )
 
 pytestmark = pytest.mark.unit
@@ -168,3 +170,37 @@ def test_model_refuses_impossible_operations() -> None:
     assert [c.op for c in moved] == ["d", "c"]
     assert moved[1].after is not None and moved[1].after["id"] == 2
     assert list(model.rows["shipments"]) == [(2,)]
+
+
+def test_set_based_steady_stream_updates_distinct_live_rows_at_the_offered_rate() -> None:
+    planner = Planner(WorkloadSpec(initial_rows=300, seed=11, ops_per_tx=3))
+    seed_txs = list(planner.seed())
+    replay = SourceModel()
+    for table in INITIAL_TABLES:
+        replay.apply(CreateTable(table))
+    for tx in seed_txs:
+        for op in tx.ops:
+            replay.apply(op)
+    plan = list(planner.steady(10_000.0, 2.0, rows_per_statement=50))
+    ops = [op for tx in plan for op in tx.ops]
+    assert ops and all(isinstance(op, UpdateMany) for op in ops)
+    for op in ops:
+        assert isinstance(op, UpdateMany)
+        assert 1 <= len(op.keys) <= 50 and len(set(op.keys)) == len(op.keys)
+        key_columns = set(planner.model.tables[op.table].key)
+        assert op.values and not key_columns & set(op.values)
+    # Paced by rows: 3 statements of 50 rows per transaction on average at 10,000 rows/s.
+    assert plan[1].at_s - plan[0].at_s == pytest.approx(3 * 50 / 10_000.0)
+    assert {op.table for op in ops} == {t.name for t in INITIAL_TABLES}
+    # Every key was live (apply raises otherwise) and the planner's model is the replay's.
+    changes = [change for op in ops for change in replay.apply(op)]
+    assert replay == planner.model
+    assert len(changes) == sum(row_operations(op) for op in ops)
+    assert all(change.op == "u" for change in changes)
+
+
+def test_row_operations_counts_rows_not_statements() -> None:
+    assert row_operations(UpdateMany("customers", ((1,), (2,), (3,)), {"name": "x"})) == 3
+    assert row_operations(Update("customers", (1,), {"name": "x"})) == 1
+    assert row_operations(ChangeKey("customers", (1,), (9,))) == 1
+    assert row_operations(CreateTable(SHIPMENTS)) == 0
