@@ -666,7 +666,7 @@ class Writer:
             total = snapshot.summary.get("total-records") if snapshot and snapshot.summary else None
             empty = snapshot is None or int(total or 0) == 0
             floor = None
-            if plan.reads_only and not empty:
+            if self.settings.insert_path and plan.reads_only and not empty:
                 floor = position_floor(table, self._store.metadata.position)
             path = plan.path(empty, floor)
             batch = arrow_batch(plan, table, state.keys, state.converters, self._store.metadata)

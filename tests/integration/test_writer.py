@@ -284,7 +284,7 @@ def test_snapshot_reads_into_a_table_with_rows_insert_only_the_missing_keys(
 
     table = change_topic.removeprefix("icefjord.changes.")
     schema = change_schema(*table.split("."))
-    writer = start_writer(writer_settings(stack, change_topic))
+    writer = start_writer(writer_settings(stack, change_topic, insert_path=True))
     producer = producer_for(stack, change_topic)
     stored = [Event(1000 + k, "READ", k, name=f"stored {k}") for k in range(1, 101)]
     producer.send(schema, stored)
