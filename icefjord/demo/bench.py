@@ -3,7 +3,8 @@ freshness, on the demo's machinery (source, services, catch-up, verification).
 
 Phases (each reported, see :mod:`icefjord.demo.report`): *snapshot* (rows loaded before
 capture starts, time until Iceberg holds them all), one *rate* phase per offered rate
-(source paced), *max* (source unpaced). Each phase ends when the writer has caught up with
+(source paced), one per set-based rate (source paced, set-based UPDATEs), *max* (source
+unpaced). Each phase ends when the writer has caught up with
 its last change. Throughout, the services' ``/metrics`` are sampled every ~2 s
 (:mod:`icefjord.demo.benchstats`), and at each phase's start and end the CPU seconds of
 every component are read from ``/proc`` (:mod:`icefjord.demo.cpu`). At the end every table

@@ -122,6 +122,8 @@ Operation = (
     Insert | Update | UpdateMany | ChangeKey | Delete | CreateTable | AddColumn | WidenColumn
 )
 ROW_OPERATIONS = (Insert, Update, UpdateMany, ChangeKey, Delete)
+# How often each table's rows change, relative to the others.
+TABLE_WEIGHTS = {"customers": 3, "orders": 4, "payments": 2, "shipments": 2}
 
 
 def row_operations(op: Operation) -> int:
@@ -448,9 +450,8 @@ class Planner:
 
     def _dml(self) -> Operation:
         rng = self.rng
-        weights = {"customers": 3, "orders": 4, "payments": 2, "shipments": 2}
-        tables = [t for t in weights if t in self.model.tables]
-        table = rng.choices(tables, [weights[t] for t in tables])[0]
+        tables = [t for t in TABLE_WEIGHTS if t in self.model.tables]
+        table = rng.choices(tables, [TABLE_WEIGHTS[t] for t in tables])[0]
         live = len(self._keys[table])
         roll = rng.random()
         if live < 20 or roll < 0.4:
@@ -463,9 +464,8 @@ class Planner:
         return Delete(table, key)
 
     def _update_many(self, rows: int) -> UpdateMany:
-        weights = {"customers": 3, "orders": 4, "payments": 2, "shipments": 2}
-        tables = [t for t in weights if t in self.model.tables and len(self._keys[t]) > 0]
-        table = self.rng.choices(tables, [weights[t] for t in tables])[0]
+        tables = [t for t in TABLE_WEIGHTS if t in self.model.tables and len(self._keys[t]) > 0]
+        table = self.rng.choices(tables, [TABLE_WEIGHTS[t] for t in tables])[0]
         bag = self._keys[table]
         keys = dict.fromkeys(bag.pick(self.rng) for _ in range(min(rows, len(bag))))
         one = self._update(table, next(iter(keys)))

@@ -203,11 +203,11 @@ class BatchWriter:
             values = ", ".join(f"s.{quote(c)}" for c in columns)
             flag = quote(DELETE_FLAG)
             matched = (
-                ""
-                if path is Path.INSERT  # Spark plans a MERGE without these as an anti-join
-                else f"WHEN MATCHED AND s.{flag}{guard} THEN DELETE "
+                f"WHEN MATCHED AND s.{flag}{guard} THEN DELETE "
                 f"WHEN MATCHED AND NOT s.{flag}{guard} THEN UPDATE SET {updates} "
             )
+            if path is Path.INSERT:
+                matched = ""  # Spark plans a MERGE without these as an anti-join
             statement = (
                 f"MERGE INTO {target} t USING {view} s ON {on} {matched}"
                 f"WHEN NOT MATCHED AND NOT s.{flag} THEN INSERT ({names}) VALUES ({values})"
