@@ -138,9 +138,8 @@ class WriterSettings(ServiceSettings):
     insert_path: bool = Field(
         default=False,
         description="Batches of snapshot reads no newer than any stored row write only the "
-        "keys the table lacks (an anti-join), instead of a MERGE. Off: in the end-to-end "
-        "benchmark it did not shorten the snapshot and slowed the first MERGEs after it "
-        "(service README, 'Insert path').",
+        "keys the table lacks (an anti-join), instead of a MERGE. Off: it did not shorten "
+        "the end-to-end benchmark's snapshot (service README, 'Insert path').",
     )
     metadata_refresh_ms: int = Field(
         default=1000,
