@@ -137,8 +137,12 @@ class BatchWriter:
             os.remove(staged)
         return WriteResult(path, time.monotonic() - started)
 
-    def warm_up(self, properties: Mapping[str, str]) -> float:
-        """Run the append, MERGE and insert paths once on a throwaway table; return the seconds.
+    def warm_up(
+        self,
+        properties: Mapping[str, str],
+        paths: Sequence[Path] = (Path.APPEND, Path.MERGE, Path.INSERT),
+    ) -> float:
+        """Run each of ``paths`` once on a throwaway table; return the seconds.
 
         A JVM's first MERGE loads and compiles most of Spark and Iceberg: 20-30 s on 2 cores,
         which would otherwise land on the first real commits (an initial snapshot, or the
@@ -168,7 +172,7 @@ class BatchWriter:
                     DELETE_FLAG: [i % 10 == 0 for i in range(100)],
                 }
             )
-            for path in (Path.APPEND, Path.MERGE, Path.INSERT):
+            for path in paths:
                 staged = os.path.join(warehouse, f"batch-{path.value}.parquet")
                 pq.write_table(rows, staged)
                 frame = self._spark.read.parquet(staged)

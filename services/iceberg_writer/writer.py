@@ -38,7 +38,7 @@ from pyiceberg.table import Table
 
 from services.iceberg_writer.apply import BatchWriter, CommitConflictError, arrow_batch
 from services.iceberg_writer.batching import BatchClock
-from services.iceberg_writer.changes import Change, Op, plan_batch
+from services.iceberg_writer.changes import Change, Op, Path, plan_batch
 from services.iceberg_writer.config import WriterSettings
 from services.iceberg_writer.metrics import WriterMetrics
 from services.iceberg_writer.tables import (
@@ -173,7 +173,8 @@ class Writer:
         first real commits do not pay for the JVM's first MERGE. Best effort: a failure only
         means slower first commits."""
         try:
-            seconds = self._batch_writer.warm_up(DEFAULT_PROPERTIES)
+            paths = [Path.APPEND, Path.MERGE] + ([Path.INSERT] if self.settings.insert_path else [])
+            seconds = self._batch_writer.warm_up(DEFAULT_PROPERTIES, paths)
         except Exception as exc:
             log.warning("warm-up failed, first commits will be slower", extra={"error": str(exc)})
             return

@@ -92,13 +92,19 @@ def local_settings(tmp_path: Path, compiled: bool = True) -> LocalSettings:
     )
 
 
-def test_the_normalizer_runs_from_a_fresh_build_and_only_the_normalizer(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def stack_with_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, LocalSettings]:
+    """A checkout the local stack takes for its own, and a fresh build of it in the state."""
     checkout = make_checkout(tmp_path / "checkout")
     settings = local_settings(tmp_path)
     make_build(checkout, settings.state / "compiled")
     monkeypatch.setattr(local_services, "checkout_root", lambda: checkout)
+    return checkout, settings
+
+
+def test_the_normalizer_runs_from_a_fresh_build_and_only_the_normalizer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, settings = stack_with_build(tmp_path, monkeypatch)
     monkeypatch.setenv("PYTHONPATH", "/opt/extra")
     normalizer, writer = service_processes(settings, ["normalizer", "writer"])
     build = settings.state / "compiled"
@@ -113,11 +119,8 @@ def test_the_normalizer_runs_from_a_fresh_build_and_only_the_normalizer(
 def test_a_stale_build_or_the_setting_off_runs_plain_and_says_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    checkout = make_checkout(tmp_path / "checkout")
-    settings = local_settings(tmp_path)
-    make_build(checkout, settings.state / "compiled")
+    checkout, settings = stack_with_build(tmp_path, monkeypatch)
     (checkout / "shared/kafka.py").write_text("TIMEOUT = 45\n")
-    monkeypatch.setattr(local_services, "checkout_root", lambda: checkout)
     (stale,) = service_processes(settings, ["normalizer"])
     assert stale.cwd is None
     assert "PYTHONPATH" not in stale.env
