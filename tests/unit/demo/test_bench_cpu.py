@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -208,19 +210,42 @@ def _burn(seconds: float) -> None:
         pass
 
 
+# A child leading its own session, as the services do: it burns 0.3 s of CPU in a
+# grandchild it reaps, says so, and waits to be stopped.
+_SESSION_CHILD = """
+import subprocess, sys, time
+subprocess.run([sys.executable, "-c",
+    "import time\\nd = time.process_time() + 0.3\\nwhile time.process_time() < d: pass"])
+print("burnt", flush=True)
+time.sleep(60)
+"""
+
+
 @needs_proc
-def test_read_cpu_sees_this_process_burn_cpu() -> None:
-    roots = {"me": Root(os.getpid(), "process"), "my session": Root(os.getsid(0), "session")}
-    start = read_cpu(roots)
-    _burn(0.3)
-    end = read_cpu(roots)
+def test_read_cpu_sees_processes_and_sessions_burn_cpu() -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", _SESSION_CHILD],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        roots = {"me": Root(os.getpid(), "process"), "child's session": Root(child.pid, "session")}
+        start = read_cpu(roots)
+        _burn(0.3)
+        assert child.stdout is not None and child.stdout.readline() == "burnt\n"
+        end = read_cpu(roots)
+    finally:
+        child.kill()
+        child.wait()
     assert start is not None and end is not None
     use = {c.name: c for c in cpu_use(start, end, os.cpu_count() or 1).components}
-    me, session = use["me"], use["my session"]
+    me, session = use["me"], use["child's session"]
     assert me.coverage == "whole" and me.seconds is not None
     assert 0.2 <= me.seconds <= 0.3 + end.at - start.at
-    # The session holds this process (pytest may lead it, or a shell above it).
-    assert session.seconds is not None and session.seconds >= me.seconds - 0.02
+    # The session's leader reaped the grandchild, so its 0.3 s count in the session.
+    assert session.coverage == "whole" and session.seconds is not None
+    assert 0.2 <= session.seconds <= end.at - start.at + 0.05
 
 
 def test_cpu_roots_from_the_pid_files(tmp_path: Path) -> None:
