@@ -156,7 +156,9 @@ class ServiceProcess:
             self.process.start([self.python, "-m", self.spec.module], env=self.env, cwd=self.cwd)
 
     def stop(self) -> bool:
-        return self.process.stop()
+        """SIGTERM the service alone: it stops its Spark JVM itself, then the rest of its
+        process group is killed."""
+        return self.process.stop(leader_first=True)
 
     def running(self) -> bool:
         return self.process.pid() is not None
