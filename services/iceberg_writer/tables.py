@@ -57,6 +57,9 @@ DEFAULT_PROPERTIES: Mapping[str, str] = {
     "write.merge.mode": "merge-on-read",
     "write.parquet.compression-codec": "zstd",
     "write.distribution-mode": "none",
+    # Every commit adds a manifest, and every MERGE plans by reading them all; merging at
+    # 10 (Iceberg's default is 100) keeps planning cheap in a table committed every second.
+    "commit.manifest.min-count-to-merge": "10",
 }
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
