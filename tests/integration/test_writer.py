@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from services.iceberg_writer.__main__ import build_writer
-from services.iceberg_writer.config import WriterSettings
+from services.iceberg_writer.config import WriterSettings, WriterSparkSettings
 from services.iceberg_writer.tables import FencedError
 from services.iceberg_writer.writer import Writer
 from shared.avro import AvroCodec
@@ -30,7 +30,6 @@ from shared.errors import Backoff, retry
 from shared.events import CommitDone, SchemaChange, SchemaOperation, SchemaOperationKind, Verdict
 from shared.kafka import TopicRequest, ensure_topics, make_admin, make_producer
 from shared.registry import make_registry_client
-from shared.spark import SparkSettings
 
 POSITION = "_icefjord_position"
 
@@ -41,7 +40,7 @@ def writer_settings(stack: Stack, table_topic: str, **overrides: Any) -> WriterS
         "kafka": stack.kafka,
         "registry": stack.registry,
         "catalog": stack.catalog,
-        "spark": SparkSettings(master="local[2]"),
+        "spark": WriterSparkSettings(master="local[2]"),
         "topic_pattern": f"^{table_topic.replace('.', '[.]')}$",
         "group_id": f"writer-{suffix}",
         "control_topic": f"control-{suffix}",

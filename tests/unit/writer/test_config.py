@@ -38,6 +38,15 @@ def test_defaults() -> None:
     assert settings.metadata_columns.columns() == MetadataColumns(
         "_icefjord_op", "_icefjord_position", "_icefjord_source_ts"
     )
+    assert settings.spark.shuffle_partitions == 1
+
+
+def test_shuffle_partitions_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ICEFJORD_WRITER_SPARK__SHUFFLE_PARTITIONS", "8")
+    assert WriterSettings().spark.shuffle_partitions == 8
+    monkeypatch.setenv("ICEFJORD_WRITER_SPARK__SHUFFLE_PARTITIONS", "0")
+    with pytest.raises(ValueError, match="shuffle_partitions"):
+        WriterSettings()
 
 
 @pytest.mark.parametrize(
