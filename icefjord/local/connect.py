@@ -190,8 +190,12 @@ class KafkaConnect:
         return self.process.pid() is not None
 
     def check(self) -> Health:
-        """Healthy once the worker has joined its group and lists connectors."""
+        """Healthy once ``GET /health`` says the worker has completed startup: joined its
+        group and read its internal topics to the end (KIP-1017). Before that, ``GET
+        /connectors`` can already answer, with an empty list, so the connectors of earlier
+        runs would not be seen yet, and would start a moment later."""
         try:
+            self.request("GET", "/health")
             connectors = self.request("GET", "/connectors")
         except (ConnectError, OSError) as exc:
             running = self.process.pid() is not None

@@ -64,6 +64,7 @@ class Capture:
     result: WorkloadResult
     connect_start_s: float
     events: dict[str, list[Any]]
+    connect: KafkaConnect
 
 
 def read_topic(
@@ -144,7 +145,7 @@ def capture(stack: Stack, demo_settings: LocalSettings) -> Iterator[Capture]:
             f"\nConnect healthy in {connect_start_s:.1f} s; {result.row_changes} changes "
             f"at {result.changes_per_second:.0f}/s"
         )
-        yield Capture(s, names, planner, result, connect_start_s, events)
+        yield Capture(s, names, planner, result, connect_start_s, events, connect)
         connect.delete(names.connector)
         source.close()
     finally:
@@ -438,3 +439,14 @@ def test_set_based_updates_change_exactly_the_planned_rows(capture: Capture) -> 
     finally:
         workload.drop(f"pub_{schema}", f"slot_{schema}")
         workload.close()
+
+
+def test_a_restarted_worker_is_healthy_once_it_knows_its_connectors(capture: Capture) -> None:
+    """Healthy means the worker has read its config topic: a check that only saw the REST
+    port answer could list no connectors, and the demo would miss the earlier runs' ones
+    it retires, which then started a moment later and ran beside the new one."""
+    connect = capture.connect
+    connect.stop()
+    connect.start()
+    connect.wait_healthy(240)
+    assert capture.names.connector in connect.request("GET", "/connectors")
