@@ -26,6 +26,8 @@ __all__ = [
     "CONTROL_NAMESPACE",
     "ENUM_FALLBACKS",
     "PAYLOAD_TYPES",
+    "BulkLoad",
+    "BulkLoadStatus",
     "CommitDone",
     "ControlEvent",
     "ControlPayload",
@@ -94,6 +96,15 @@ class OperatorCommandKind(enum.StrEnum):
     PAUSE = "PAUSE"
     RESUME = "RESUME"
     FLUSH = "FLUSH"
+
+
+class BulkLoadStatus(enum.StrEnum):
+    """Where one table's bulk load stands. No default: a stand-in would hold a table or
+    release it without being asked."""
+
+    PLANNED = "PLANNED"
+    READY = "READY"
+    ABANDONED = "ABANDONED"
 
 
 _E = TypeVar("_E", bound=enum.StrEnum)
@@ -407,8 +418,54 @@ class OperatorCommand:
         )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BulkLoad:
+    """One table's part of a bulk initial load (``control_event`` v3).
+
+    PLANNED is published before change capture of the table starts; iceberg-writer then holds
+    the table's changes until it has appended the READY copy (``files``, Parquet), and records
+    ``load_id`` in that commit's summary so the copy goes in once. ABANDONED releases the hold.
+    """
+
+    AVRO_NAME: ClassVar[str] = f"{CONTROL_NAMESPACE}.BulkLoad"
+
+    load_id: str
+    table: str
+    status: BulkLoadStatus
+    files: tuple[str, ...] = ()
+    rows: int | None = None
+    snapshot_ts_ms: int | None = None
+    reason: str | None = None
+    requested_by: str
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "load_id": self.load_id,
+            "table": self.table,
+            "status": self.status.value,
+            "files": list(self.files),
+            "rows": self.rows,
+            "snapshot_ts_ms": self.snapshot_ts_ms,
+            "reason": self.reason,
+            "requested_by": self.requested_by,
+        }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Self:
+        return cls(
+            load_id=record["load_id"],
+            table=record["table"],
+            status=_symbol(BulkLoadStatus, record["status"]),
+            files=tuple(record.get("files") or ()),
+            rows=record.get("rows"),
+            snapshot_ts_ms=record.get("snapshot_ts_ms"),
+            reason=record.get("reason"),
+            requested_by=record["requested_by"],
+        )
+
+
 ControlPayload: TypeAlias = (
-    SchemaChange | CommitDone | MaintenanceRequest | MaintenanceResult | OperatorCommand
+    SchemaChange | CommitDone | MaintenanceRequest | MaintenanceResult | OperatorCommand | BulkLoad
 )
 
 PAYLOAD_TYPES: Mapping[str, type[ControlPayload]] = {
@@ -419,6 +476,7 @@ PAYLOAD_TYPES: Mapping[str, type[ControlPayload]] = {
         MaintenanceRequest,
         MaintenanceResult,
         OperatorCommand,
+        BulkLoad,
     )
 }
 

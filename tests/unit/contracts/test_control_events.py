@@ -17,6 +17,8 @@ from contracts import load_schema, schema_versions
 from shared.events import (
     ENUM_FALLBACKS,
     PAYLOAD_TYPES,
+    BulkLoad,
+    BulkLoadStatus,
     CommitDone,
     ControlEvent,
     MaintenanceAction,
@@ -47,6 +49,7 @@ PYTHON_ENUMS: dict[str, type[enum.StrEnum]] = {
     "io.icefjord.control.MaintenanceAction": MaintenanceAction,
     "io.icefjord.control.MaintenanceStatus": MaintenanceStatus,
     "io.icefjord.control.OperatorCommandKind": OperatorCommandKind,
+    "io.icefjord.control.BulkLoadStatus": BulkLoadStatus,
 }
 
 # --- strategies ----------------------------------------------------------------------------
@@ -136,6 +139,17 @@ def _payloads(table: str) -> st.SearchStrategy[Any]:
             OperatorCommand,
             command=st.sampled_from(OperatorCommandKind),
             table=st.just(table),
+            reason=opt(texts),
+            requested_by=texts,
+        ),
+        st.builds(
+            BulkLoad,
+            load_id=texts,
+            table=st.just(table),
+            status=st.sampled_from(BulkLoadStatus),
+            files=st.lists(texts, max_size=3).map(tuple),
+            rows=opt(longs),
+            snapshot_ts_ms=opt(longs),
             reason=opt(texts),
             requested_by=texts,
         ),
@@ -238,6 +252,15 @@ def test_one_sample_of_each_payload_type_round_trips(avro: Any) -> None:
             duration_ms=30_000,
         ),
         OperatorCommand(command=OperatorCommandKind.PAUSE, table=table, requested_by="op:ana"),
+        BulkLoad(
+            load_id="load-1",
+            table=table,
+            status=BulkLoadStatus.READY,
+            files=("/w/_bulk/load-1/part-0.parquet",),
+            rows=1000,
+            snapshot_ts_ms=1_700_000_000_000,
+            requested_by="icefjord-bulk",
+        ),
     ]
     assert {type(sample) for sample in samples} == set(PAYLOAD_TYPES.values())
     for sample in samples:
