@@ -5,6 +5,10 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -70,3 +74,18 @@ def build_spark_session(
     session.sparkContext.setLogLevel("WARN")
     log.info("spark session ready", extra={"master": spark.master, "catalog": catalog.name})
     return session
+
+
+@contextmanager
+def scratch_catalog(spark: SparkSession, name: str, parent: str | None = None) -> Iterator[str]:
+    """An Iceberg catalog ``name`` for this session only (Hadoop, in a fresh temporary
+    directory under ``parent``), for throwaway tables such as a JVM warm-up's: the real
+    catalog never sees them. Yields ``name``; the directory is deleted after."""
+    warehouse = tempfile.mkdtemp(prefix="scratch-", dir=parent)
+    spark.conf.set(f"spark.sql.catalog.{name}", "org.apache.iceberg.spark.SparkCatalog")
+    spark.conf.set(f"spark.sql.catalog.{name}.type", "hadoop")
+    spark.conf.set(f"spark.sql.catalog.{name}.warehouse", f"file://{warehouse}")
+    try:
+        yield name
+    finally:
+        shutil.rmtree(warehouse, ignore_errors=True)

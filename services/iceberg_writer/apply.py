@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
-import shutil
 import tempfile
 import time
 import uuid
@@ -25,10 +24,12 @@ import pyarrow.parquet as pq
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.table import Table
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from services.iceberg_writer.changes import BatchPlan, Change, Op, Path
 from services.iceberg_writer.tables import quote, sql_literal
 from services.iceberg_writer.types import STAGING_FLAG, Converter, MetadataColumns
+from shared.spark import scratch_catalog
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +138,56 @@ class BatchWriter:
             os.remove(staged)
         return WriteResult(path, time.monotonic() - started)
 
+    def append_copy(
+        self,
+        target: str,
+        files: Sequence[str],
+        metadata: Mapping[str, Any],
+        keys: Sequence[str],
+        position_column: str,
+        insert_only: bool,
+        summary: Mapping[str, str],
+    ) -> WriteResult:
+        """Commit a bulk load's copy (Parquet ``files``, columns named as the table's) to
+        ``target`` as ONE snapshot. Each table column is cast to the table's type; a column
+        the files lack is null; ``metadata`` gives the metadata columns' values (the same for
+        every row). ``insert_only``: the table already holds rows, so only keys it lacks go
+        in (a MERGE that Spark plans as an anti-join); otherwise a plain append.
+
+        Raises ValueError when the files hold a column the table does not have (the copy was
+        read under a newer source schema than the table's): committing would drop it."""
+        started = time.monotonic()
+        frame = self._spark.read.parquet(*files)
+        schema = self._spark.table(target).schema
+        names = {f.name for f in schema.fields}
+        extra = [c for c in frame.columns if c not in names]
+        if extra:
+            raise ValueError(f"the copy has columns the table lacks: {', '.join(extra)}")
+        present = set(frame.columns)
+        columns = []
+        for f in schema.fields:
+            if f.name in metadata:
+                value = F.lit(metadata[f.name])
+            elif f.name in present:
+                value = F.col(quote(f.name))
+            else:
+                value = F.lit(None)
+            columns.append(value.cast(f.dataType).alias(f.name))
+        rows = frame.select(*columns)
+        with commit_properties(self._spark, summary):
+            try:
+                if insert_only:
+                    flagged = rows.withColumn(DELETE_FLAG, F.lit(False))
+                    names_in_order = [f.name for f in schema.fields]
+                    self._merge(target, flagged, Path.INSERT, names_in_order, keys, position_column)
+                else:
+                    rows.writeTo(target).append()
+            except Exception as exc:
+                if _is_conflict(exc):
+                    raise CommitConflictError(_first_line(exc)) from exc
+                raise
+        return WriteResult(Path.INSERT if insert_only else Path.APPEND, time.monotonic() - started)
+
     def warm_up(
         self,
         properties: Mapping[str, str],
@@ -150,16 +201,11 @@ class BatchWriter:
         directory, registered for this session only, so the real catalog never sees it.
         """
         started = time.monotonic()
-        warehouse = tempfile.mkdtemp(prefix="warm-up-", dir=self._staging)
-        catalog = "icefjord_warm_up"
-        self._spark.conf.set(
-            f"spark.sql.catalog.{catalog}", "org.apache.iceberg.spark.SparkCatalog"
-        )
-        self._spark.conf.set(f"spark.sql.catalog.{catalog}.type", "hadoop")
-        self._spark.conf.set(f"spark.sql.catalog.{catalog}.warehouse", f"file://{warehouse}")
-        target = f"{catalog}.warm_up.t"
-        settings = ", ".join(f"{sql_literal(k)}={sql_literal(v)}" for k, v in properties.items())
-        try:
+        with scratch_catalog(self._spark, "icefjord_warm_up", self._staging) as catalog:
+            target = f"{catalog}.warm_up.t"
+            settings = ", ".join(
+                f"{sql_literal(k)}={sql_literal(v)}" for k, v in properties.items()
+            )
             self._spark.sql(
                 f"CREATE TABLE {target} (id BIGINT NOT NULL, v STRING, pos STRING) "
                 f"USING iceberg TBLPROPERTIES ({settings})"
@@ -173,18 +219,19 @@ class BatchWriter:
                 }
             )
             for path in paths:
-                staged = os.path.join(warehouse, f"batch-{path.value}.parquet")
+                staged = os.path.join(self._staging, f"warm-up-{path.value}.parquet")
                 pq.write_table(rows, staged)
-                frame = self._spark.read.parquet(staged)
-                if path is Path.APPEND:
-                    frame.where(f"NOT {quote(DELETE_FLAG)}").drop(DELETE_FLAG).writeTo(
-                        target
-                    ).append()
-                else:
-                    self._merge(target, frame, path, ["id", "v", "pos"], ["id"], "pos")
+                try:
+                    frame = self._spark.read.parquet(staged)
+                    if path is Path.APPEND:
+                        frame.where(f"NOT {quote(DELETE_FLAG)}").drop(DELETE_FLAG).writeTo(
+                            target
+                        ).append()
+                    else:
+                        self._merge(target, frame, path, ["id", "v", "pos"], ["id"], "pos")
+                finally:
+                    os.remove(staged)
             self._spark.sql(f"DROP TABLE IF EXISTS {target} PURGE")
-        finally:
-            shutil.rmtree(warehouse, ignore_errors=True)
         return time.monotonic() - started
 
     def _merge(

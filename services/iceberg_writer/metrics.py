@@ -31,6 +31,8 @@ class WriterMetrics:
     dead_letters: Counter
     schema_wait: Histogram
     paused_tables: Gauge
+    held_tables: Gauge
+    bulk_rows: Counter
     last_commit: Gauge
 
     @classmethod
@@ -121,6 +123,17 @@ class WriterMetrics:
             ),
             paused_tables=Gauge(
                 f"{PREFIX}_paused_tables", "Tables paused by an operator.", registry=registry
+            ),
+            held_tables=Gauge(
+                f"{PREFIX}_bulk_held_tables",
+                "Tables whose changes wait for a bulk load's copy (BulkLoad PLANNED or READY).",
+                registry=registry,
+            ),
+            bulk_rows=Counter(
+                f"{PREFIX}_bulk_rows",
+                "Rows appended from bulk loads' copies.",
+                ["table"],
+                registry=registry,
             ),
             last_commit=Gauge(
                 f"{PREFIX}_last_commit_timestamp_seconds",

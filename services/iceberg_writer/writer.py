@@ -10,6 +10,8 @@ consistent, and the missing CommitDone is published on restart.
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import io
 import json
 import logging
@@ -42,6 +44,7 @@ from services.iceberg_writer.changes import Change, Op, Path, plan_batch
 from services.iceberg_writer.config import WriterSettings
 from services.iceberg_writer.metrics import WriterMetrics
 from services.iceberg_writer.tables import (
+    BULK_LOAD_ID,
     COMMIT_ID,
     DEFAULT_PROPERTIES,
     EPOCH,
@@ -60,6 +63,8 @@ from shared.avro import AvroCodec, WireFormatError, split_header
 from shared.control import ControlPublisher, ControlReader
 from shared.errors import FatalError, RetryableError
 from shared.events import (
+    BulkLoad,
+    BulkLoadStatus,
     CommitDone,
     ControlEvent,
     OperatorCommand,
@@ -76,6 +81,7 @@ log = logging.getLogger("services.iceberg_writer")
 TOPIC_PREFIX = "icefjord.changes."
 TP = tuple[str, int]
 CONSUME_BATCH = 5000  # change records taken per consume call
+COPY_POSITION = "0" * 20  # a bulk copy's rows: before every change of the stream they precede
 TAKE_WAITING_S = 2.0  # longest a due commit waits while already-fetched records are taken
 
 
@@ -111,6 +117,10 @@ class TableState:
     waits: dict[TP, tuple[int, int, float]] = field(default_factory=dict)  # offset, id, since
     expired_ids: set[int] = field(default_factory=set)
     truncated_at: str | None = None
+    bulk: BulkLoad | None = None  # a bulk load whose copy the table's changes wait for
+    bulk_paused: bool = False  # its partitions paused because the held batch is full
+    control_synced: bool = False  # the control topic was read to its end before a commit
+    bulk_warned_at: float = 0.0
 
 
 class Writer:
@@ -144,6 +154,7 @@ class Writer:
         self.tables: dict[str, TableState] = {}
         self.announced: dict[str, dict[int, SchemaChange]] = {}
         self._commit_events_seen: set[str] = set()
+        self.bulk_loads: dict[str, BulkLoad] = {}  # the newest BulkLoad event per table
         self._raw_schemas: dict[int, dict[str, Any]] = {}
         self._paused_all = False
         self._last_lag = 0.0
@@ -227,6 +238,7 @@ class Writer:
             state = TableState(name=name, topic=topic, clock=clock)
             self.tables[name] = state
             self._load(state)
+            self._hold(state)
         return state
 
     def _load(self, state: TableState) -> None:
@@ -289,6 +301,187 @@ class Writer:
             self._commit_events_seen.add(payload.commit_id)
         elif isinstance(payload, OperatorCommand) and not replay:
             self._on_command(payload)
+        elif isinstance(payload, BulkLoad):
+            self.bulk_loads[payload.table] = payload
+            state = self.tables.get(payload.table)
+            if state is not None:
+                self._hold(state)
+
+    # -- bulk loads -----------------------------------------------------------------------
+
+    def _hold(self, state: TableState) -> None:
+        """Set ``state.bulk`` from the table's newest BulkLoad event: held while that load is
+        PLANNED or READY and its copy is not in the table yet."""
+        load = self.bulk_loads.get(state.name)
+        held = load is not None and load.status is not BulkLoadStatus.ABANDONED
+        if held and load is not None and state.table is not None:
+            held = not _copy_committed(state.table, load.load_id)
+        if held:
+            if state.bulk is None:
+                log.info(
+                    "changes held for a bulk load",
+                    extra={"table": state.name, "load_id": load.load_id if load else None},
+                )
+            state.bulk = load
+        else:
+            self._release(state)
+        self.metrics.held_tables.set(sum(1 for s in self.tables.values() if s.bulk is not None))
+
+    def _release(self, state: TableState) -> None:
+        if state.bulk is not None:
+            log.info(
+                "bulk hold released", extra={"table": state.name, "load_id": state.bulk.load_id}
+            )
+        state.bulk = None
+        if state.bulk_paused:
+            state.bulk_paused = False
+            self._apply_pause(state)
+        self.metrics.held_tables.set(sum(1 for s in self.tables.values() if s.bulk is not None))
+
+    def _commit_copies(self) -> None:
+        """Commit every READY copy whose table exists (``commit_parallelism`` at a time),
+        then release those tables' held changes."""
+        ready = [
+            (state, state.bulk)
+            for state in self.tables.values()
+            if state.bulk is not None
+            and state.bulk.status is BulkLoadStatus.READY
+            # The table is created by its first change record, which is on its way.
+            and state.table is not None
+        ]
+        if self._committers is None or len(ready) < 2:
+            done = [self.commit_copy(state, load) for state, load in ready]
+        else:
+            futures = [self._committers.submit(self.commit_copy, s, load) for s, load in ready]
+            errors = [f.exception() for f in futures]
+            first = next((e for e in errors if e is not None), None)
+            if first is not None:
+                raise first
+            done = [f.result() for f in futures]
+        for (state, _), released in zip(ready, done, strict=True):
+            if released:
+                self._release(state)
+
+    def commit_copy(self, state: TableState, load: BulkLoad) -> bool:
+        """Append the copy of ``load`` as one snapshot (its load id, the table's unchanged
+        offsets and a CommitDone, like any commit). True: the load is done and the table's
+        held changes may go (the caller releases them); False: try again later."""
+        files = [f for f in load.files if "://" in f or os.path.exists(f)]
+        if len(files) < len(load.files):
+            table = self._store.load(state.name)
+            if table is not None and _copy_committed(table, load.load_id):
+                return True
+            log.error(
+                "bulk copy files missing; the load is released without them",
+                extra={"table": state.name, "load_id": load.load_id, "files": len(load.files)},
+            )
+            return True
+        if not files:
+            return True
+        self._claim(state)
+        self._store.check_epoch(state.name, self.epoch)
+        table = self._store.load(state.name)
+        assert table is not None
+        if _copy_committed(table, load.load_id):
+            return True
+        if leased(table.properties, int(time.time() * 1000)):
+            self.metrics.lease_deferrals.labels(state.name).inc()
+            return False
+        snapshot = table.current_snapshot()
+        total = snapshot.summary.get("total-records") if snapshot and snapshot.summary else None
+        empty = snapshot is None or int(total or 0) == 0
+        source_ms = (
+            load.snapshot_ts_ms if load.snapshot_ts_ms is not None else int(time.time() * 1000)
+        )
+        commit_id = str(uuid.uuid4())
+        summary = {
+            OFFSETS: encode_offsets(state.committed),
+            COMMIT_ID: commit_id,
+            EPOCH: str(self.epoch),
+            WATERMARK: str(source_ms),
+            BULK_LOAD_ID: load.load_id,
+        }
+        if state.truncated_at is not None:
+            summary[TRUNCATED_AT] = state.truncated_at
+        columns = self._store.metadata
+        values: dict[str, Any] = {columns.position: COPY_POSITION}
+        if columns.op:
+            values[columns.op] = Op.READ.value
+        if columns.source_ts:
+            values[columns.source_ts] = dt.datetime.fromtimestamp(source_ms / 1000, dt.UTC)
+        try:
+            result = self._batch_writer.append_copy(
+                self._store.sql_name(state.name),
+                files,
+                values,
+                state.keys,
+                columns.position,
+                insert_only=not empty,
+                summary=summary,
+            )
+        except ValueError as exc:  # a column the table lacks: wait for its SchemaChange
+            now = time.monotonic()
+            if now - state.bulk_warned_at > 30:
+                state.bulk_warned_at = now
+                log.warning(
+                    "bulk copy waits for the table's schema",
+                    extra={"table": state.name, "load_id": load.load_id, "error": str(exc)},
+                )
+            return False
+        except CommitConflictError as exc:
+            self.metrics.commit_conflicts.labels(state.name).inc()
+            log.warning(
+                "bulk copy commit conflict, retrying",
+                extra={"table": state.name, "error": str(exc)},
+            )
+            return False
+        committed_table = self._store.load(state.name)
+        assert committed_table is not None
+        rows = load.rows or 0
+        self.metrics.bulk_rows.labels(state.name).inc(rows)
+        self.metrics.commit_duration.labels(state.name).observe(result.seconds)
+        self.metrics.commits.labels(state.name, "bulk").inc()
+        self.metrics.last_commit.labels(state.name).set(time.time())
+        log.info(
+            "bulk copy committed",
+            extra={
+                "table": state.name,
+                "load_id": load.load_id,
+                "rows": rows,
+                "path": result.path.value,
+                "seconds": round(result.seconds, 3),
+            },
+        )
+        checkpoint = checkpoint_of(committed_table)
+        if checkpoint is not None and checkpoint.commit_id == commit_id:
+            self._publish_commit(
+                state, committed_table, checkpoint, result.seconds, None, (rows, 0, 0)
+            )
+        for path in files:
+            if "://" not in path:
+                with contextlib.suppress(OSError):
+                    os.remove(path)
+        return True
+
+    def _read_control_to_end(self, timeout_s: float = 10.0) -> None:
+        """Handle every control event published before now (the topic's ends, taken now)."""
+        assignment = self._control.assignment()
+        ends: dict[int, int] = {}
+        for tp in assignment:
+            try:
+                _, high = self._control.get_watermark_offsets(tp, timeout=5)
+            except KafkaException as exc:
+                raise RetryableError(f"control topic offsets unavailable: {exc}") from exc
+            ends[tp.partition] = high
+        deadline = time.monotonic() + timeout_s
+        while True:
+            positions = {tp.partition: tp.offset for tp in self._control.position(assignment)}
+            if all(high == 0 or positions.get(p, -1) >= high for p, high in ends.items()):
+                return
+            if time.monotonic() > deadline:
+                raise RetryableError(f"control topic not read to its end in {timeout_s:.0f} s")
+            for event in self._control_reader.poll(timeout=0.2, max_events=500):
+                self._on_control(event)
 
     def _on_command(self, command: OperatorCommand) -> None:
         if command.all_tables:
@@ -324,7 +517,7 @@ class Writer:
         assigned = [tp for tp in self._data.assignment() if tp.topic == state.topic]
         if not assigned:
             return
-        if self._is_paused(state):
+        if self._is_paused(state) or state.bulk_paused:
             self._data.pause(assigned)
         else:
             waiting = set(state.waits)
@@ -370,19 +563,40 @@ class Writer:
         for message in messages:
             self._on_message(message, now)
         self._expire_waits(now)
+        self._commit_copies()
         due: list[TableState] = []
         for state in list(self.tables.values()):
+            if state.bulk is not None:
+                self._bound_held(state)
+                continue
             if self._is_paused(state) and not state.flush:
                 continue
             if state.clock.should_close(now, len(state.pending), state.flush):
                 due.append(state)
             state.flush = False
+        if any(not state.control_synced for state in due):
+            # A BulkLoad PLANNED is published before the table's first change exists, so
+            # once the control topic is read to its end, a table's first commit cannot
+            # come before the hold it should wait for.
+            self._read_control_to_end()
+            for state in due:
+                state.control_synced = True
+            due = [state for state in due if state.bulk is None]
         if due:
             self._take_waiting(due)
         self.commit_all(due)
         if now - self._last_lag > 5:
             self._update_lag()
             self._last_lag = now
+
+    def _bound_held(self, state: TableState) -> None:
+        """A held table reads on until a full batch waits, then pauses until the copy."""
+        if state.bulk_paused or len(state.pending) < state.clock.max_records:
+            return
+        assigned = [tp for tp in self._data.assignment() if tp.topic == state.topic]
+        if assigned:
+            self._data.pause(assigned)
+            state.bulk_paused = True
 
     def _take_waiting(self, due: list[TableState]) -> None:
         """Before due tables commit, take the change records already fetched, without
@@ -632,8 +846,9 @@ class Writer:
             state.claimed = True
 
     def commit(self, state: TableState) -> None:
-        """Commit the table's pending changes as one snapshot, then publish CommitDone."""
-        if not state.pending:
+        """Commit the table's pending changes as one snapshot, then publish CommitDone. A
+        table held for a bulk load's copy commits nothing."""
+        if not state.pending or state.bulk is not None:
             return
         if self._producer.flush(30) > 0:
             raise RetryableError("quarantine/dead-letter records not acknowledged")
@@ -858,8 +1073,21 @@ class Writer:
         try:
             for tp in self._data.position(assignment):
                 _, high = self._data.get_watermark_offsets(tp, timeout=5)
-                if tp.offset < high and not (tp.offset < 0 and high == 0):
+                offset = tp.offset
+                if offset < 0:  # nothing fetched since the assignment: where it started
+                    state = self.tables.get(table_of(tp.topic))
+                    offset = state.committed.get((tp.topic, tp.partition), 0) if state else 0
+                if offset < high:
                     return False
         except KafkaException:  # leadership moving, broker restarting: not known yet
             return False
         return True
+
+
+def _copy_committed(table: Table, load_id: str) -> bool:
+    """Whether a snapshot of ``table`` (expired ones aside) appended the copy of ``load_id``."""
+    for snapshot in table.metadata.snapshots:
+        summary = snapshot.summary.additional_properties if snapshot.summary else {}
+        if summary.get(BULK_LOAD_ID) == load_id:
+            return True
+    return False

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from changes_support import (
-    ChangeProducer,
     Event,
     assert_equal_to_model,
     change_schema,
@@ -19,62 +17,16 @@ from changes_support import (
 from harness import Stack
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry
+from writer_support import producer_for, run_until_caught_up, start_writer, writer_settings
 
-from services.iceberg_writer.__main__ import build_writer
-from services.iceberg_writer.config import WriterSettings, WriterSparkSettings
 from services.iceberg_writer.tables import FencedError
 from services.iceberg_writer.writer import Writer
 from shared.avro import AvroCodec
-from shared.errors import Backoff, retry
 from shared.events import CommitDone, SchemaChange, SchemaOperation, SchemaOperationKind, Verdict
 from shared.kafka import TopicRequest, ensure_topics, make_admin, make_producer
 from shared.registry import make_registry_client
 
 POSITION = "_icefjord_position"
-
-
-def writer_settings(stack: Stack, table_topic: str, **overrides: Any) -> WriterSettings:
-    suffix = uuid.uuid4().hex[:8]
-    values: dict[str, Any] = {
-        "kafka": stack.kafka,
-        "registry": stack.registry,
-        "catalog": stack.catalog,
-        "spark": WriterSparkSettings(master="local[2]"),
-        "topic_pattern": f"^{table_topic.replace('.', '[.]')}$",
-        "group_id": f"writer-{suffix}",
-        "control_topic": f"control-{suffix}",
-        "dead_letter_topic": f"dlq-{suffix}",
-        "quarantine_topic": f"quarantine-{suffix}",
-        "topic_replication_factor": 1,
-        "min_batch_s": 0.2,
-        "freshness_target_s": 2.0,
-        **overrides,
-    }
-    return WriterSettings(**values)
-
-
-def start_writer(settings: WriterSettings) -> Writer:
-    from shared.kafka import ensure_topics as ensure
-
-    ensure(make_admin(settings.kafka), settings.topic_requests())
-    writer = build_writer(settings, CollectorRegistry())
-    retry(writer.start, what="start writer", backoff=Backoff(attempts=10))
-    return writer
-
-
-def run_until_caught_up(writer: Writer, timeout_s: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    settled = 0
-    while time.monotonic() < deadline:
-        writer.step()
-        if writer.caught_up():
-            settled += 1
-            if settled >= 3:
-                return
-        else:
-            settled = 0
-    raise AssertionError("writer did not catch up in time")
 
 
 @pytest.fixture
@@ -85,11 +37,6 @@ def change_topic(stack: Stack, namespace: str) -> Iterator[str]:
     yield name
     for future in admin.delete_topics([name]).values():
         future.result()
-
-
-def producer_for(stack: Stack, topic: str) -> ChangeProducer:
-    codec = AvroCodec(make_registry_client(stack.registry))
-    return ChangeProducer(make_producer(stack.kafka), codec, topic)
 
 
 @st.composite
