@@ -1,0 +1,359 @@
+"""Whole PostgreSQL tables to Parquet, holding the values the CDC pipeline stores in Iceberg.
+
+:func:`copy_table` reads one table with a single ``COPY (SELECT ...) TO STDOUT`` inside the
+caller's REPEATABLE READ transaction, so several tables copied in one transaction come from
+one snapshot. Each row leaves PostgreSQL as one JSON object whose members are per-column SQL
+expressions (:func:`column_plan`): exact numbers travel as text, instants as integer
+microseconds, ``bytea`` as hex. pyarrow parses the stream chunk by chunk and casts each
+column to the Arrow type of the pipeline's Iceberg column (:func:`to_target`), all in C++.
+
+The values equal what Debezium, the normalizer (``services/cdc_normalizer/logical_types.py``)
+and the writer (``services/iceberg_writer/types.py``) make of the same rows; the integration
+test holds them to it value by value.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+import pyarrow as pa
+import pyarrow.json as pa_json
+import pyarrow.parquet as pq
+
+from icefjord.demo.envelopes import field_schema
+from icefjord.demo.model import Column, Kind, kind_from_pg
+from services.cdc_normalizer.connect_schema import connect_schema_from_json
+from services.cdc_normalizer.logical_types import decimal_target
+
+__all__ = [
+    "ColumnPlan",
+    "CopiedTable",
+    "SourceColumn",
+    "UnsupportedColumn",
+    "arrow_schema",
+    "column_plan",
+    "copy_sql",
+    "copy_table",
+    "hex_to_binary",
+    "plan_columns",
+    "quote_ident",
+    "to_target",
+]
+
+CHUNK_BYTES = 32 * 1024 * 1024
+_MIN_BLOCK_BYTES = 4 * 1024 * 1024
+_SNAPSHOT_LEVELS = ("repeatable read", "serializable")
+_UNSAFE_FILE_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+class UnsupportedColumn(ValueError):
+    """A column whose type the pipeline has no fixed mapping for (outside :class:`Kind`)."""
+
+    def __init__(self, schema: str, table: str, column: str, pg_type: str) -> None:
+        super().__init__(
+            f"{schema}.{table}.{column}: type {pg_type!r} is not one the bulk copy supports"
+        )
+        self.schema = schema
+        self.table = table
+        self.column = column
+        self.pg_type = pg_type
+
+
+@dataclass(frozen=True)
+class CopiedTable:
+    """What :func:`copy_table` wrote: Parquet files (absolute paths) holding ``rows`` rows of
+    ``columns`` (source names, table order); no files when the table is empty."""
+
+    schema: str
+    table: str
+    files: tuple[str, ...]
+    rows: int
+    columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SourceColumn:
+    """One column as PostgreSQL's catalog describes it (``format_type`` spelling)."""
+
+    name: str
+    pg_type: str
+    is_enum: bool
+    nullable: bool
+
+
+@dataclass(frozen=True)
+class ColumnPlan:
+    """How one column travels: ``expression`` (SQL over the quoted column) gives a JSON value
+    that pyarrow parses as ``wire``; :func:`to_target` turns that into ``target``."""
+
+    name: str
+    kind: Kind
+    expression: str
+    wire: pa.DataType
+    target: pa.DataType
+
+
+def quote_ident(name: str) -> str:
+    """``name`` as a PostgreSQL quoted identifier (``"a""b"`` for ``a"b``)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _numeric_target(column: Column) -> pa.DataType:
+    """The pipeline's own decision: ``decimal(p, s)`` widened to a legal one, or text when
+    wider than 38 digits (``logical_types.decimal_target`` on Debezium's Connect schema)."""
+    target = decimal_target(connect_schema_from_json(field_schema(column), column.name))
+    return pa.string() if target is None else pa.decimal128(*target)
+
+
+def _micros(ref: str) -> str:
+    # Whole seconds and the microseconds within the second, each exact also where extract()
+    # returns double precision (PostgreSQL 13); date_trunc keeps pre-1970 values right.
+    return (
+        f"(extract(epoch from date_trunc('second', {ref}))::bigint * 1000000"
+        f" + extract(microseconds from {ref})::bigint % 1000000)"
+    )
+
+
+def column_plan(column: Column) -> ColumnPlan:
+    """The SQL expression, JSON wire type and Arrow target type for ``column``."""
+    ref = quote_ident(column.name)
+    text = f"{ref}::text"
+    plans: dict[Kind, tuple[str, pa.DataType, pa.DataType]] = {
+        Kind.SMALLINT: (ref, pa.int32(), pa.int32()),
+        Kind.INTEGER: (ref, pa.int32(), pa.int32()),
+        Kind.BIGINT: (ref, pa.int64(), pa.int64()),
+        # Debezium sends unconstrained numeric as VariableScaleDecimal with trailing fraction
+        # zeros stripped (1.50 -> scale 1): trim_scale gives that text, never an exponent.
+        Kind.NUMERIC_ANY: (f"trim_scale({ref})::text", pa.string(), pa.string()),
+        # money is a Decimal of scale 2 without precision: decimal text with two digits.
+        Kind.MONEY: (f"{ref}::numeric::text", pa.string(), pa.string()),
+        # Text, not JSON numbers: parsed by Arrow exactly, NaN and Infinity included.
+        Kind.REAL: (f"{ref}::float8::text", pa.string(), pa.float32()),
+        Kind.DOUBLE: (text, pa.string(), pa.float64()),
+        Kind.BOOLEAN: (ref, pa.bool_(), pa.bool_()),
+        Kind.TEXT: (ref, pa.string(), pa.string()),
+        Kind.TIMESTAMPTZ: (_micros(ref), pa.int64(), pa.timestamp("us", tz="UTC")),
+        Kind.TIMESTAMP: (_micros(ref), pa.int64(), pa.timestamp("us")),
+        Kind.DATE: (f"({ref} - date '1970-01-01')", pa.int32(), pa.date32()),
+        Kind.TIME: (f"to_char({ref}, 'HH24:MI:SS.US')", pa.string(), pa.string()),
+        Kind.JSON: (text, pa.string(), pa.string()),
+        Kind.JSONB: (text, pa.string(), pa.string()),
+        Kind.UUID: (text, pa.string(), pa.string()),
+        Kind.ENUM: (text, pa.string(), pa.string()),
+        Kind.INT_ARRAY: (ref, pa.list_(pa.int32()), pa.list_(pa.int32())),
+        Kind.BYTEA: (f"encode({ref}, 'hex')", pa.string(), pa.binary()),
+    }
+    if column.kind is Kind.NUMERIC:
+        target = _numeric_target(column)
+        return ColumnPlan(column.name, column.kind, text, pa.string(), target)
+    expression, wire, target = plans[column.kind]
+    return ColumnPlan(column.name, column.kind, expression, wire, target)
+
+
+def plan_columns(
+    schema: str, table: str, columns: Sequence[SourceColumn]
+) -> tuple[ColumnPlan, ...]:
+    """One plan per column, in table order. Raises :class:`UnsupportedColumn` for the first
+    column whose type is outside the supported kinds."""
+    plans = []
+    for source in columns:
+        try:
+            column = kind_from_pg(source.name, source.pg_type, source.is_enum, source.nullable)
+        except ValueError:
+            raise UnsupportedColumn(schema, table, source.name, source.pg_type) from None
+        plans.append(column_plan(column))
+    return tuple(plans)
+
+
+def copy_sql(schema: str, table: str, plans: Sequence[ColumnPlan]) -> str:
+    """``COPY`` of one JSON object per line, members ``c0``, ``c1``, ... in plan order.
+
+    CSV with quote and delimiter characters that JSON text never holds raw (it escapes every
+    control character) leaves the JSON untouched: the text format would double backslashes.
+    """
+    members = ", ".join(f"{plan.expression} AS c{i}" for i, plan in enumerate(plans))
+    source = f"{quote_ident(schema)}.{quote_ident(table)}"
+    select = f"SELECT row_to_json(r) FROM (SELECT {members} FROM {source}) AS r"
+    return f"COPY ({select}) TO STDOUT (FORMAT csv, QUOTE e'\\x01', DELIMITER e'\\x02')"
+
+
+def wire_schema(plans: Sequence[ColumnPlan]) -> pa.Schema:
+    """The schema pyarrow parses each JSON line with."""
+    return pa.schema([pa.field(f"c{i}", plan.wire) for i, plan in enumerate(plans)])
+
+
+def arrow_schema(plans: Sequence[ColumnPlan]) -> pa.Schema:
+    """The Parquet files' schema: source column names, target types, all nullable."""
+    return pa.schema([pa.field(plan.name, plan.target) for plan in plans])
+
+
+_HEX_DIGITS = np.full(256, 255, dtype=np.uint8)
+for _digit, _char in enumerate(b"0123456789abcdef"):
+    _HEX_DIGITS[_char] = _digit
+for _digit, _char in enumerate(b"ABCDEF", start=10):
+    _HEX_DIGITS[_char] = _digit
+
+
+def hex_to_binary(values: pa.Array) -> pa.Array:
+    """A string array of hex text (``encode(b, 'hex')``) as the binary array of its bytes,
+    decoded in one vectorised pass; nulls stay null. Raises ValueError for text not hex."""
+    offsets = np.frombuffer(values.buffers()[1], dtype=np.int32)
+    offsets = offsets[values.offset : values.offset + len(values) + 1]
+    first, last = int(offsets[0]), int(offsets[-1])
+    data_buffer = values.buffers()[2]
+    data = (
+        np.frombuffer(data_buffer, dtype=np.uint8)[first:last]
+        if data_buffer is not None
+        else np.empty(0, dtype=np.uint8)
+    )
+    digits = _HEX_DIGITS[data]
+    if np.any(np.diff(offsets) & 1) or np.any(digits == 255):
+        raise ValueError("bytea text is not hex")
+    decoded = (digits[0::2] << 4) | digits[1::2]
+    validity = values.is_valid().buffers()[1] if values.null_count else None
+    return pa.Array.from_buffers(
+        pa.binary(),
+        len(values),
+        [validity, pa.py_buffer((offsets - first) // 2), pa.py_buffer(decoded.tobytes())],
+        null_count=values.null_count,
+    )
+
+
+def to_target(parsed: pa.Table, plans: Sequence[ColumnPlan]) -> pa.Table:
+    """The parsed wire columns (``c0``...) as the target columns, named after the source."""
+    columns: list[pa.ChunkedArray] = []
+    for i, plan in enumerate(plans):
+        column = parsed.column(i)
+        if plan.kind is Kind.BYTEA:
+            column = pa.chunked_array(
+                [hex_to_binary(chunk) for chunk in column.chunks], type=pa.binary()
+            )
+        elif plan.kind is Kind.REAL:
+            column = column.cast(pa.float64()).cast(pa.float32())
+        elif plan.wire != plan.target:
+            column = column.cast(plan.target)
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=arrow_schema(plans))
+
+
+def parse_lines(lines: bytes | bytearray, plans: Sequence[ColumnPlan]) -> pa.Table:
+    """Whole JSON lines (as COPY wrote them) parsed with the wire schema."""
+    ends = np.flatnonzero(np.frombuffer(lines, dtype=np.uint8) == ord("\n"))
+    longest = int(np.diff(ends, prepend=-1).max()) if len(ends) else len(lines)
+    # A block must hold every whole line; past that, blocks are parsed in parallel.
+    block = max(_MIN_BLOCK_BYTES, longest + 1)
+    return pa_json.read_json(
+        pa.BufferReader(pa.py_buffer(lines)),
+        read_options=pa_json.ReadOptions(block_size=block),
+        parse_options=pa_json.ParseOptions(
+            explicit_schema=wire_schema(plans), unexpected_field_behavior="error"
+        ),
+    )
+
+
+def read_columns(conn: psycopg.Connection[Any], schema: str, table: str) -> list[SourceColumn]:
+    """The table's live columns in order. Raises LookupError when there is no such table."""
+    rows = conn.execute(
+        """
+        SELECT a.attname, format_type(a.atttypid, a.atttypmod), t.typtype = 'e',
+               NOT a.attnotnull
+          FROM pg_attribute a
+          JOIN pg_class c ON c.oid = a.attrelid
+          JOIN pg_namespace n ON n.oid = c.relnamespace
+          JOIN pg_type t ON t.oid = a.atttypid
+         WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped
+         ORDER BY a.attnum
+        """,
+        (schema, table),
+    ).fetchall()
+    if not rows:
+        raise LookupError(f"no table {schema}.{table} (or it has no columns)")
+    return [SourceColumn(str(r[0]), str(r[1]), bool(r[2]), bool(r[3])) for r in rows]
+
+
+def _check_snapshot(conn: psycopg.Connection[Any]) -> None:
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS:
+        raise ValueError("copy_table runs in the caller's open REPEATABLE READ transaction")
+    row = conn.execute("SHOW transaction_isolation").fetchone()
+    level = "" if row is None else str(row[0])
+    if level not in _SNAPSHOT_LEVELS:
+        raise ValueError(f"copy_table needs a REPEATABLE READ transaction, not {level!r}")
+
+
+def _line_chunks(
+    conn: psycopg.Connection[Any], statement: str, chunk_bytes: int
+) -> Iterator[bytearray]:
+    """COPY output in buffers of about ``chunk_bytes``, each ending at a line end."""
+    buffer = bytearray()
+    with conn.cursor() as cursor, cursor.copy(statement) as copy:
+        for data in copy:
+            buffer += data
+            if len(buffer) >= chunk_bytes:
+                cut = buffer.rfind(b"\n") + 1
+                if cut:
+                    yield buffer[:cut]
+                    buffer = buffer[cut:]
+    if buffer:
+        yield buffer
+
+
+def copy_table(
+    conn: psycopg.Connection[Any],
+    schema: str,
+    table: str,
+    out_dir: Path,
+    *,
+    rows_per_file: int = 1_000_000,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> CopiedTable:
+    """Copy ``schema.table`` into Parquet files of at most ``rows_per_file`` rows in
+    ``out_dir`` (created), named ``<schema>.<table>.<n>.parquet``.
+
+    ``conn`` must be inside a REPEATABLE READ (or SERIALIZABLE) transaction the caller opened
+    and will end; the copy reads the catalog and the rows from its snapshot. Sets
+    ``client_encoding`` and ``extra_float_digits`` for that transaction only. Raises
+    :class:`UnsupportedColumn` before reading any row, LookupError for a missing table,
+    ValueError without such a transaction, and psycopg errors from the server.
+    """
+    if rows_per_file < 1:
+        raise ValueError("rows_per_file must be at least 1")
+    _check_snapshot(conn)
+    plans = plan_columns(schema, table, read_columns(conn, schema, table))
+    # UTF-8 lines for the JSON parser; shortest exact float text (the default since
+    # PostgreSQL 12, unless a session lowered it).
+    conn.execute("SET LOCAL client_encoding = 'UTF8'")
+    conn.execute("SET LOCAL extra_float_digits = 3")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target_schema = arrow_schema(plans)
+    stem = _UNSAFE_FILE_CHARS.sub("_", f"{schema}.{table}")
+    files: list[str] = []
+    rows = 0
+    in_file = 0
+    writer: pq.ParquetWriter | None = None
+    try:
+        for lines in _line_chunks(conn, copy_sql(schema, table, plans), chunk_bytes):
+            batch = to_target(parse_lines(lines, plans), plans)
+            while batch.num_rows:
+                if writer is None or in_file >= rows_per_file:
+                    if writer is not None:
+                        writer.close()
+                    path = (out_dir / f"{stem}.{len(files):05d}.parquet").resolve()
+                    writer = pq.ParquetWriter(path, target_schema)
+                    files.append(str(path))
+                    in_file = 0
+                part = batch.slice(0, rows_per_file - in_file)
+                writer.write_table(part)
+                in_file += part.num_rows
+                rows += part.num_rows
+                batch = batch.slice(part.num_rows)
+    finally:
+        if writer is not None:
+            writer.close()
+    columns = tuple(plan.name for plan in plans)
+    return CopiedTable(schema, table, tuple(files), rows, columns)
