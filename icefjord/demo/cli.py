@@ -85,11 +85,24 @@ def bench_pipeline_command(
     snapshot_rows: int = typer.Option(
         200_000, "--snapshot-rows", min=0, help="Rows in the source before capture starts."
     ),
+    snapshot: str = typer.Option(
+        "bulk",
+        "--snapshot",
+        help="PostgreSQL: bulk (copy the tables while Debezium streams) or debezium (the "
+        "connector's own snapshot).",
+    ),
     rates: str = typer.Option(
         "1000", "--rates", help="Offered changes/s of the fixed-rate phases, comma-separated."
     ),
     phase_seconds: float = typer.Option(
         120.0, "--phase-seconds", min=1, help="Seconds of each fixed-rate phase."
+    ),
+    warm_up_seconds: float = typer.Option(
+        60.0,
+        "--warm-up-seconds",
+        min=0,
+        help="Seconds at the first --rates rate after the snapshot, reported but judged "
+        "against no goal (0: none).",
     ),
     max_seconds: float = typer.Option(
         120.0, "--max-seconds", min=0, help="Seconds of the unpaced phase (0: none)."
@@ -113,6 +126,9 @@ def bench_pipeline_command(
     if source not in ("auto", "postgres", "generator"):
         console.print(f"[red]--source must be auto, postgres or generator, not {source!r}[/]")
         raise typer.Exit(EXIT_SETUP_FAILED)
+    if snapshot not in ("bulk", "debezium"):
+        console.print(f"[red]--snapshot must be bulk or debezium, not {snapshot!r}[/]")
+        raise typer.Exit(EXIT_SETUP_FAILED)
     offered = _rates(rates, "--rates", console)
     set_offered = _rates(set_rates, "--set-rates", console)
     choice: SourceChoice = source  # type: ignore[assignment]  # checked just above
@@ -120,8 +136,10 @@ def bench_pipeline_command(
         BenchOptions(
             source=choice,
             snapshot_rows=snapshot_rows,
+            snapshot="bulk" if snapshot == "bulk" else "debezium",
             rates=offered,
             phase_seconds=phase_seconds,
+            warm_up_seconds=warm_up_seconds,
             max_seconds=max_seconds,
             set_rates=set_offered,
             rows_per_statement=rows_per_statement,

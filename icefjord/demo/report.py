@@ -93,7 +93,9 @@ def phase_rows(phases: Sequence[PhaseResult]) -> list[list[str]]:
         rows.append(
             [
                 p.name,
-                _num(p.offered_rate) if p.kind == "rate" else ("max" if p.kind == "max" else "-"),
+                _num(p.offered_rate)
+                if p.kind in ("rate", "warm-up")
+                else ("max" if p.kind == "max" else "-"),
                 _num(p.achieved_source_rate),
                 f"{p.snapshot_rows:,}" if p.kind == "snapshot" else f"{f.source_changes:,}",
                 _num(f.applied_rate),
@@ -291,10 +293,17 @@ def render_markdown(report: BenchReport, chart: str | None, chart_problem: str |
         "",
         "## How it is measured",
         "",
-        "- *snapshot*: the rows are in the source before capture starts (PostgreSQL: COPY, "
-        "then the Debezium connector is registered and snapshots them; generator: Debezium "
-        "snapshot events). Time from capture start until Iceberg's snapshot summaries hold "
-        "every row (the commit time of the last commit needed).",
+        "- *snapshot*: the rows are in the source before capture starts (PostgreSQL: COPY). "
+        "Bulk (the default): the connector is registered to snapshot one row per table and "
+        "stream, and the tables are copied to Parquet in one REPEATABLE READ transaction once "
+        "its replication slot exists; iceberg-writer appends the copies and then applies the "
+        "changes it held (`icefjord.bulk`). Debezium (`--snapshot debezium`): the connector's "
+        "own snapshot sends every row through the pipeline. Generator: Debezium snapshot "
+        "events. Time from capture start until Iceberg's snapshot summaries hold every row "
+        "(the commit time of the last commit needed).",
+        "- *warm-up*: the first rate, right after the snapshot, judged against no goal: after "
+        "a bulk snapshot the streaming path is cold (Kafka Connect compiles Debezium's "
+        "streaming code, the writer runs its first MERGEs into each table).",
         "- *rate*: the source is paced to the offered row changes/s for the phase's seconds; "
         "*max*: the source runs unpaced. After the source stops, the phase lasts until every "
         "table's writer watermark has reached the source commit time of its last change and "

@@ -273,3 +273,15 @@ def test_steady_stream_is_paced_dml() -> None:
     assert 10 < sum(len(tx.ops) for tx in first) / 50 < 30
     with pytest.raises(ValueError):
         next(planner.steady(None, 10.0))
+
+
+def test_a_warm_up_phase_is_judged_against_no_goal() -> None:
+    # A cold start right after the snapshot (p99 above 5 s), then a steady phase within it.
+    warm_up = _phase("warm-up", rate=1000.0, changes=60_000, fresh={10.0: 5, 1.0: 95})
+    steady = _phase("rate", rate=1000.0, changes=60_000)
+    verdicts = goal_verdicts([warm_up, steady])
+    assert verdicts[2].met is True
+    assert verdicts[1].measured.endswith("in rate, p99 " + f"{steady.figures.p99_s:.1f} s")
+    # Without the steady phase the 1,000/s goal is not measured, never taken from the warm-up.
+    alone = goal_verdicts([warm_up])
+    assert alone[1].met is None and alone[2].met is None
