@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from services.maintainer.config import MaintainerSettings
 from services.maintainer.service import build_service
+from services.maintainer.warm import warm_up
 from shared.catalog import open_catalog
 from shared.endpoint import Health
 from shared.kafka import make_consumer, make_producer
@@ -43,6 +44,15 @@ def run(settings: MaintainerSettings, stop: threading.Event) -> None:
             create_topics(settings.kafka, [request], "create control topic", stop)
         spark = build_spark_session("icefjord-maintainer", settings.spark, settings.catalog)
         resources.callback(spark.stop)
+        if settings.warm_up:
+            try:
+                seconds = warm_up(spark)
+                log.info("spark warmed up", extra={"seconds": round(seconds, 1)})
+            except Exception as exc:  # only the first real actions are slower
+                log.warning(
+                    "warm-up failed, the first compaction will be slower",
+                    extra={"error": str(exc)},
+                )
         producer = make_producer(settings.kafka)
         resources.callback(producer.flush, 10.0)
         consumer = make_consumer(

@@ -125,6 +125,11 @@ class MaintainerSettings(ServiceSettings):
         ge=60_000,
         description="Kafka max.poll.interval.ms: longer than the longest maintenance action.",
     )
+    warm_up: bool = Field(
+        default=True,
+        description="Run each maintenance procedure once on a throwaway table at start, so "
+        "the first real compaction (which holds the table's lease) is not 15 s slower.",
+    )
     create_control_topic: bool = True
     topic_replication_factor: int | None = Field(default=None, ge=1)
 
