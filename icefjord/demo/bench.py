@@ -278,7 +278,8 @@ class Bench:
         cpu_start = self.cpu_reading()
         start_t = first.t
         if isinstance(self.source, PostgresDemoSource) and self.options.snapshot == "bulk":
-            self.bulk_snapshot([t.name for t in planner.initial_tables])
+            tables = [t.name for t in planner.initial_tables]
+            self.source.bulk_snapshot(tables, progress=self.live.console.log)
         elif isinstance(self.source, PostgresDemoSource):
             self.source.connect.register(names.connector, self.source.connector_config())
         else:
@@ -311,34 +312,6 @@ class Bench:
             figures=span(first, last),
             snapshot_rows=total,
             cpu=cpu,
-        )
-
-    def bulk_snapshot(self, tables: Sequence[str]) -> None:
-        """Copy ``tables`` in bulk while the connector, snapshotting one row of each, starts
-        streaming (:mod:`icefjord.bulk.load`)."""
-        from icefjord.bulk.load import bulk_load, snapshot_overrides
-        from shared.avro import AvroCodec
-        from shared.control import ControlPublisher
-        from shared.kafka import make_producer
-        from shared.registry import make_registry_client
-        from shared.settings import CONTROL_TOPIC, RegistrySettings
-
-        assert isinstance(self.source, PostgresDemoSource)
-        source = self.source
-        names = source.names
-        config = {**source.connector_config(), **snapshot_overrides(names.schema, tables)}
-        kafka = KafkaSettings(bootstrap_servers=self.settings.bootstrap_servers)
-        registry = make_registry_client(RegistrySettings(url=self.settings.registry_url))
-        publisher = ControlPublisher(make_producer(kafka), AvroCodec(registry), CONTROL_TOPIC)
-        bulk_load(
-            source.cluster.conninfo(),
-            names.schema,
-            {table: names.iceberg(table) for table in tables},
-            names.slot,
-            publisher,
-            self.settings.state / "bulk",
-            lambda: source.connect.register(names.connector, config),
-            progress=self.live.console.log,
         )
 
     def stream(

@@ -31,6 +31,12 @@ def demo_command(
     schema: str | None = typer.Option(
         None, "--schema", help="Source schema = Iceberg namespace (default: shop, shop_2, ...)."
     ),
+    snapshot: str = typer.Option(
+        "debezium",
+        "--snapshot",
+        help="PostgreSQL: debezium (the connector's snapshot sends every initial row) or "
+        "bulk (the tables are copied to Parquet and appended while Debezium streams).",
+    ),
     faults: bool = typer.Option(
         False, "--faults", help="kill -9 every service twice and restart Kafka once."
     ),
@@ -47,11 +53,16 @@ def demo_command(
     if source not in ("auto", "postgres", "generator"):
         console.print(f"[red]--source must be auto, postgres or generator, not {source!r}[/]")
         raise typer.Exit(EXIT_SETUP_FAILED)
+    if snapshot not in ("bulk", "debezium"):
+        console.print(f"[red]--snapshot must be bulk or debezium, not {snapshot!r}[/]")
+        raise typer.Exit(EXIT_SETUP_FAILED)
     choice: SourceChoice = source  # type: ignore[assignment]  # checked just above
     options = DemoOptions(
         source=choice,
         workload=WorkloadSpec(rate=rate, duration_s=duration, initial_rows=initial_rows, seed=seed),
         schema=schema,
+        snapshot="bulk" if snapshot == "bulk" else "debezium",
+        during_copy=200,
         faults=faults,
         catch_up_timeout_s=catch_up_timeout,
         stop_services=stop_services,

@@ -12,6 +12,7 @@ the broker once during the workload.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -78,6 +79,10 @@ class DemoOptions:
     refresh_s: float = 2.0
     stop_services: bool = False
     schema_base: str = "shop"
+    # PostgreSQL: "bulk" copies the initial tables while Debezium streams
+    # (icefjord.bulk.load), with ``during_copy`` DML transactions running meanwhile.
+    snapshot: Literal["debezium", "bulk"] = "debezium"
+    during_copy: int = 0
 
 
 @dataclass(frozen=True)
@@ -237,7 +242,16 @@ def run_demo(settings: LocalSettings, options: DemoOptions, console: Console) ->
         start_services(services, options.service_start_timeout_s, log)
         planner = Planner(options.workload)
         log(f"creating {kind} tables in schema {source.names.schema} and loading initial rows")
-        source.prepare(planner)
+        if options.snapshot == "bulk" and isinstance(source, PostgresDemoSource):
+            source.workload.create_schema(planner.initial_tables, source.names.publication)
+            source.workload.run(planner.seed())
+            during = itertools.islice(planner.steady(None), options.during_copy)
+            tables = [t.name for t in planner.initial_tables]
+            result = source.bulk_snapshot(tables, during, progress=log)
+            log(f"bulk load: {result.rows:,} rows copied in {result.copy_s:.1f} s")
+            source.connect.wait_running(source.names.connector)
+        else:
+            source.prepare(planner)
         view = ProgressView()
         with Live(console=console, refresh_per_second=1) as live:
             workload, faults = _drive(settings, options, source, planner, services, view, live)

@@ -9,11 +9,13 @@ restarted), ``tables`` reads back what the source holds for verification.
 from __future__ import annotations
 
 import re
+import threading
 import time
-from collections.abc import Iterable, Set
+from collections.abc import Callable, Iterable, Sequence, Set
 from dataclasses import dataclass
 from typing import Protocol
 
+from icefjord.bulk.load import BulkLoadResult
 from icefjord.demo.envelopes import EnvelopeEncoder
 from icefjord.demo.generator import GeneratorWorkload
 from icefjord.demo.plan import Planner, Transaction
@@ -158,6 +160,62 @@ class PostgresDemoSource:
 
     def run(self, transactions: Iterable[Transaction]) -> WorkloadResult:
         return self.workload.run(transactions)
+
+    def bulk_snapshot(
+        self,
+        tables: Sequence[str],
+        during: Iterable[Transaction] = (),
+        progress: Callable[[str], None] = lambda message: None,
+    ) -> BulkLoadResult:
+        """Start capture with a bulk load of ``tables`` (:mod:`icefjord.bulk.load`): the
+        connector snapshots one row of each and streams, the tables are copied and handed
+        to iceberg-writer. ``during`` runs on the workload's connection from the moment the
+        connector is registered until the copy is done (changes before, around and after
+        the copy's snapshot); it must hold DML only."""
+        from icefjord.bulk.load import bulk_load, snapshot_overrides
+        from shared.avro import AvroCodec
+        from shared.control import ControlPublisher
+        from shared.kafka import make_producer
+        from shared.registry import make_registry_client
+        from shared.settings import CONTROL_TOPIC, RegistrySettings
+
+        names = self.names
+        config = {**self.connector_config(), **snapshot_overrides(names.schema, tables)}
+        kafka = KafkaSettings(bootstrap_servers=self.settings.bootstrap_servers)
+        registry = make_registry_client(RegistrySettings(url=self.settings.registry_url))
+        publisher = ControlPublisher(make_producer(kafka), AvroCodec(registry), CONTROL_TOPIC)
+        errors: list[BaseException] = []
+        worker: threading.Thread | None = None
+
+        def concurrently() -> None:
+            try:
+                self.workload.run(during)
+            except BaseException as exc:  # handed to the caller
+                errors.append(exc)
+
+        def start_capture() -> None:
+            nonlocal worker
+            self.connect.register(names.connector, config)
+            worker = threading.Thread(target=concurrently, name="during-copy", daemon=True)
+            worker.start()
+
+        try:
+            result = bulk_load(
+                self.cluster.conninfo(),
+                names.schema,
+                {table: names.iceberg(table) for table in tables},
+                names.slot,
+                publisher,
+                self.settings.state / "bulk",
+                start_capture,
+                progress=progress,
+            )
+        finally:
+            if worker is not None:
+                worker.join()
+        if errors:
+            raise errors[0]
+        return result
 
     def supervise(self) -> str | None:
         """Restart the connector's failed tasks; return what was done, if anything.

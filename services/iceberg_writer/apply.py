@@ -154,8 +154,9 @@ class BatchWriter:
         every row). ``insert_only``: the table already holds rows, so only keys it lacks go
         in (a MERGE that Spark plans as an anti-join); otherwise a plain append.
 
-        Raises ValueError when the files hold a column the table does not have (the copy was
-        read under a newer source schema than the table's): committing would drop it."""
+        Raises ValueError when the files hold a column the table does not have, or one of
+        another type (the copy was read under a newer source schema than the table's):
+        committing would drop or overflow it."""
         started = time.monotonic()
         frame = self._spark.read.parquet(*files)
         schema = self._spark.table(target).schema
@@ -163,6 +164,17 @@ class BatchWriter:
         extra = [c for c in frame.columns if c not in names]
         if extra:
             raise ValueError(f"the copy has columns the table lacks: {', '.join(extra)}")
+        # The copy's types are the table's (icefjord.bulk writes what Iceberg stores). One
+        # that differs was read after the source column changed type (a widening the table
+        # has not had yet): a cast could overflow, so the copy waits like a missing column.
+        table_types = {f.name: f.dataType.simpleString() for f in schema.fields}
+        changed = [
+            f"{f.name} ({f.dataType.simpleString()}, table {table_types[f.name]})"
+            for f in frame.schema.fields
+            if f.dataType.simpleString() != table_types[f.name]
+        ]
+        if changed:
+            raise ValueError(f"the copy's types differ from the table's: {', '.join(changed)}")
         present = set(frame.columns)
         columns = []
         for f in schema.fields:

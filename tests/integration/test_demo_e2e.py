@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import re
 import shutil
 import tempfile
 import uuid
@@ -118,6 +119,35 @@ def test_iceberg_equals_the_source_after_kills_and_a_broker_restart(
     assert {r.fault.target for r in kills} == {"normalizer", "watcher", "writer", "maintainer"}
     assert len(kills) == 8
     assert any(r.fault.kind == "restart_kafka" for r in result.faults)
+    _assert_proven(result, transcript)
+
+
+@pytest.mark.timeout(1500)
+def test_a_bulk_snapshot_with_changes_around_the_copy_ends_equal(
+    e2e_settings: LocalSettings,
+) -> None:
+    """The initial rows are copied in bulk (icefjord.bulk) while 400 transactions run from
+    the connector's registration until the copy is done: changes before the slot, between
+    the slot and the copy's snapshot (in both the copy and the stream) and after it. Then
+    the timed workload with its schema changes."""
+    tag = uuid.uuid4().hex[:6]
+    options = DemoOptions(
+        workload=WorkloadSpec(rate=200, duration_s=60, initial_rows=20_000, seed=29),
+        schema=f"bulk_{tag}",
+        topic_prefix=f"bulk{tag}",
+        dead_letter_topic=f"deadletter_{tag}",
+        service_env={"normalizer": {"ICEFJORD_NORMALIZER_DEAD_LETTER_TOPIC": f"deadletter_{tag}"}},
+        snapshot="bulk",
+        during_copy=400,
+        catch_up_timeout_s=600,
+        stop_services=True,
+    )
+    result, transcript = _run(e2e_settings, options)
+    if result.source != "postgres":
+        pytest.skip("a bulk snapshot needs PostgreSQL")
+    copied = re.search(r"bulk load: ([\d,]+) rows copied", transcript)
+    assert copied is not None, transcript[-4000:]
+    assert int(copied.group(1).replace(",", "")) >= 50_000  # 60,000 seeded, some deleted
     _assert_proven(result, transcript)
 
 
