@@ -14,10 +14,12 @@ capture streams only what happens after the copy:
    table (:func:`icefjord.bulk.postgres.copy_table`). The slot came first, so each change the
    copy misses is in the stream; a change it already holds is applied again over it, which
    leaves the same row (the copy's rows carry the lowest position).
-4. ``BulkLoad READY`` with the Parquet files: the writer appends them as one snapshot per
-   table, records the load id in its summary, then applies the held changes.
+4. ``BulkLoad READY`` with the Parquet files, as soon as each table's copy is written: the
+   writer appends it as one snapshot (while the next table is copied), records the load id
+   in its summary, then applies the held changes.
 
-A copy that fails publishes ``ABANDONED`` for every table, so no table stays held.
+A copy that fails publishes ``ABANDONED`` for every table not READY yet, so no table stays
+held.
 """
 
 from __future__ import annotations
@@ -120,12 +122,30 @@ def bulk_load(
             snapshot_ms = int(time.time() * 1000)
             try:
                 for table in tables:
-                    copies.append(copy_table(conn, schema, table, out_dir / load_id))
+                    copy = copy_table(conn, schema, table, out_dir / load_id)
+                    copies.append(copy)
+                    # Ready at once: the writer appends this table while the next is copied.
+                    _publish(
+                        publisher,
+                        BulkLoad(
+                            load_id=load_id,
+                            table=tables[table],
+                            status=BulkLoadStatus.READY,
+                            files=copy.files,
+                            rows=copy.rows,
+                            snapshot_ts_ms=snapshot_ms,
+                            requested_by=PRODUCER,
+                        ),
+                    )
+                    publisher.flush()
             finally:
                 conn.execute("COMMIT")
         copy_s = time.monotonic() - began
     except BaseException as exc:
+        ready = {tables[c.table] for c in copies}
         for name in tables.values():
+            if name in ready:
+                continue
             _publish(
                 publisher,
                 BulkLoad(
@@ -138,20 +158,6 @@ def bulk_load(
             )
         publisher.flush()
         raise
-    for copy in copies:
-        _publish(
-            publisher,
-            BulkLoad(
-                load_id=load_id,
-                table=tables[copy.table],
-                status=BulkLoadStatus.READY,
-                files=copy.files,
-                rows=copy.rows,
-                snapshot_ts_ms=snapshot_ms,
-                requested_by=PRODUCER,
-            ),
-        )
-    publisher.flush()
     result = BulkLoadResult(load_id, tuple(copies), slot_wait, copy_s)
     progress(f"copied {result.rows:,} rows in {copy_s:.1f} s (load {load_id})")
     return result
