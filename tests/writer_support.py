@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from changes_support import ChangeProducer
@@ -15,7 +17,7 @@ from services.iceberg_writer.config import WriterSettings, WriterSparkSettings
 from services.iceberg_writer.writer import Writer
 from shared.avro import AvroCodec
 from shared.errors import Backoff, retry
-from shared.kafka import make_admin, make_producer
+from shared.kafka import TopicRequest, ensure_topics, make_admin, make_producer
 from shared.registry import make_registry_client
 
 
@@ -65,3 +67,15 @@ def run_until_caught_up(writer: Writer, timeout_s: float = 180.0) -> None:
 def producer_for(stack: Stack, topic: str) -> ChangeProducer:
     codec = AvroCodec(make_registry_client(stack.registry))
     return ChangeProducer(make_producer(stack.kafka), codec, topic)
+
+
+@contextmanager
+def change_topic_in(stack: Stack, namespace: str, prefix: str) -> Iterator[str]:
+    """A fresh 3-partition change topic ``icefjord.changes.<namespace>.<prefix>_<hex>``,
+    deleted afterwards."""
+    admin = make_admin(stack.kafka)
+    name = f"icefjord.changes.{namespace}.{prefix}_{uuid.uuid4().hex[:6]}"
+    ensure_topics(admin, [TopicRequest(name, 3)])
+    yield name
+    for future in admin.delete_topics([name]).values():
+        future.result()

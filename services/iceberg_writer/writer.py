@@ -387,9 +387,7 @@ class Writer:
         if leased(table.properties, int(time.time() * 1000)):
             self.metrics.lease_deferrals.labels(state.name).inc()
             return False
-        snapshot = table.current_snapshot()
-        total = snapshot.summary.get("total-records") if snapshot and snapshot.summary else None
-        empty = snapshot is None or int(total or 0) == 0
+        empty = _holds_no_rows(table)
         source_ms = (
             load.snapshot_ts_ms if load.snapshot_ts_ms is not None else int(time.time() * 1000)
         )
@@ -878,9 +876,7 @@ class Writer:
         attempt = 0
         while True:
             # Planned against the table as it is now: a retry sees the conflicting commit.
-            snapshot = table.current_snapshot()
-            total = snapshot.summary.get("total-records") if snapshot and snapshot.summary else None
-            empty = snapshot is None or int(total or 0) == 0
+            empty = _holds_no_rows(table)
             floor = None
             if self.settings.insert_path and plan.reads_only and not empty:
                 floor = position_floor(table, self._store.metadata.position)
@@ -1082,6 +1078,13 @@ class Writer:
         except KafkaException:  # leadership moving, broker restarting: not known yet
             return False
         return True
+
+
+def _holds_no_rows(table: Table) -> bool:
+    """No current snapshot, or one whose summary counts no records."""
+    snapshot = table.current_snapshot()
+    total = snapshot.summary.get("total-records") if snapshot and snapshot.summary else None
+    return snapshot is None or int(total or 0) == 0
 
 
 def _copy_committed(table: Table, load_id: str) -> bool:

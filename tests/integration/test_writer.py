@@ -17,7 +17,13 @@ from changes_support import (
 from harness import Stack
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from writer_support import producer_for, run_until_caught_up, start_writer, writer_settings
+from writer_support import (
+    change_topic_in,
+    producer_for,
+    run_until_caught_up,
+    start_writer,
+    writer_settings,
+)
 
 from services.iceberg_writer.tables import FencedError
 from services.iceberg_writer.writer import Writer
@@ -31,12 +37,8 @@ POSITION = "_icefjord_position"
 
 @pytest.fixture
 def change_topic(stack: Stack, namespace: str) -> Iterator[str]:
-    admin = make_admin(stack.kafka)
-    name = f"icefjord.changes.{namespace}.items_{uuid.uuid4().hex[:6]}"
-    ensure_topics(admin, [TopicRequest(name, 3)])
-    yield name
-    for future in admin.delete_topics([name]).values():
-        future.result()
+    with change_topic_in(stack, namespace, "items") as name:
+        yield name
 
 
 @st.composite

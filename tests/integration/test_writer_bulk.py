@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import pytest
 from changes_support import Event, assert_equal_to_model, change_schema, control_events
 from harness import Stack
 from writer_support import (
+    change_topic_in,
     producer_for,
     run_until_caught_up,
     start_writer,
@@ -36,12 +36,8 @@ from shared.registry import make_registry_client
 
 @pytest.fixture
 def change_topic(stack: Stack, namespace: str) -> Iterator[str]:
-    admin = make_admin(stack.kafka)
-    name = f"icefjord.changes.{namespace}.bulk_{uuid.uuid4().hex[:6]}"
-    ensure_topics(admin, [TopicRequest(name, 3)])
-    yield name
-    for future in admin.delete_topics([name]).values():
-        future.result()
+    with change_topic_in(stack, namespace, "bulk") as name:
+        yield name
 
 
 COPY_SEQ = 0  # a copy's rows carry the lowest position: every change applies over them

@@ -30,12 +30,13 @@ from changes_support import (
 )
 from confluent_kafka import TopicPartition
 from harness import Stack
+from writer_support import change_topic_in
 
 from services.iceberg_writer.tables import checkpoint_of
 from shared.avro import AvroCodec
 from shared.catalog import open_catalog
 from shared.events import CommitDone
-from shared.kafka import TopicRequest, ensure_topics, make_admin, make_consumer, make_producer
+from shared.kafka import make_consumer, make_producer
 from shared.registry import make_registry_client
 
 REPO = Path(__file__).resolve().parents[2]
@@ -94,12 +95,8 @@ def history_for(keys: int, steps: int, seed: int) -> list[Event]:
 
 @pytest.fixture
 def crash_topic(stack: Stack, namespace: str) -> Iterator[str]:
-    admin = make_admin(stack.kafka)
-    name = f"icefjord.changes.{namespace}.crash_{uuid.uuid4().hex[:6]}"
-    ensure_topics(admin, [TopicRequest(name, 3)])
-    yield name
-    for future in admin.delete_topics([name]).values():
-        future.result()
+    with change_topic_in(stack, namespace, "crash") as name:
+        yield name
 
 
 def end_offsets(stack: Stack, topic: str) -> dict[tuple[str, int], int]:
