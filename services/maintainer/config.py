@@ -105,6 +105,15 @@ class MaintainerSettings(ServiceSettings):
         "already in flight to land before rewriting (less when the writer's recent commits "
         "were quicker); 0: start at once.",
     )
+    compaction_lease_nice: int | None = Field(
+        default=-10,
+        ge=-20,
+        le=19,
+        description="CPU nice value of the maintainer and its Spark JVM while it holds a "
+        "compaction lease, so the rewrite the writer waits for is not starved on a shared "
+        "machine (services/maintainer/priority.py); needs CAP_SYS_NICE, else it is skipped. "
+        "None: off.",
+    )
     orphan_floor_s: float = Field(
         default=3600.0,
         ge=0,

@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
@@ -197,7 +197,8 @@ class MaintenanceExecutor:
     youngest age an orphan may have to be deleted: files younger than that may belong to a
     commit in flight. ``lease_s`` is the longest the compaction lease holds the writer back
     (0: no lease); ``lease_settle_s`` the longest the executor waits, once it holds the
-    lease, for a writer commit that was already in flight (0: no wait).
+    lease, for a writer commit that was already in flight (0: no wait). ``boost``, if
+    given, is entered for each lease's duration (``services.maintainer.priority``).
     """
 
     def __init__(
@@ -213,8 +214,10 @@ class MaintenanceExecutor:
         lease_settle_s: float = 0.0,
         clock: Callable[[], float] = time.time,
         stop: threading.Event | None = None,
+        boost: Callable[[], AbstractContextManager[None]] | None = None,
     ) -> None:
         self._runner = runner
+        self._boost = boost or nullcontext
         self._inspector = inspector
         self._catalog = catalog
         self._max_attempts = max(max_attempts, 1)
@@ -429,16 +432,39 @@ class MaintenanceExecutor:
         if self._lease_s <= 0:
             yield
             return
+        with self._boost(), self._leased(table, settle_s):
+            yield
+
+    @contextmanager
+    def _leased(self, table: TableId, settle_s: float) -> Iterator[None]:
+        taking = time.monotonic()
         until = self._now_ms() + int(self._lease_s * 1000)
         self._runner.sql(lease_sql(self._catalog, table, until))
+        taken = time.monotonic()
+        settled = taken
         try:
             self._await_commit(table, settle_s)
+            settled = time.monotonic()
             yield
         finally:
+            working = time.monotonic()
             try:
                 self._runner.sql(release_lease_sql(self._catalog, table))
             except Exception:  # it runs out by itself at `until`
                 log.warning("could not release the compaction lease", exc_info=True)
+            released = time.monotonic()
+            # Where the writer's wait went: the lease's own commits, the settle, the work.
+            log.info(
+                "compaction lease released",
+                extra={
+                    "table": str(table),
+                    "held_ms": round((released - taking) * 1000),
+                    "take_ms": round((taken - taking) * 1000),
+                    "settle_ms": round((settled - taken) * 1000),
+                    "work_ms": round((working - settled) * 1000),
+                    "release_ms": round((released - working) * 1000),
+                },
+            )
 
     def _attempts(self, statement: Callable[[], str], failed_key: str | None = None) -> _Outcome:
         """Run the statement up to ``max_attempts`` times: again after a conflict, and again

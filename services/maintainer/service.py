@@ -38,6 +38,7 @@ from services.maintainer.inspect import TableInspector, UnknownTableError, list_
 from services.maintainer.metrics import MaintainerMetrics
 from services.maintainer.planner import PlannerLimits, PlannerState, plan
 from services.maintainer.policy import Candidate, MaintenancePolicy, evaluate
+from services.maintainer.priority import LeaseBoost
 from shared.avro import AvroCodec
 from shared.control import ControlPublisher, ControlReader
 from shared.errors import RetryableError
@@ -490,6 +491,7 @@ def build_service(
         lease_settle_s=settings.compaction_lease_settle_s,
         clock=clock,
         stop=stop,
+        boost=LeaseBoost(settings.compaction_lease_nice).boosted,
     )
     board = HealthBoard()
     metrics = MaintainerMetrics.create(metrics_registry, board.snapshot, clock)

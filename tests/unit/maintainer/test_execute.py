@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -581,3 +582,36 @@ def test_between_two_partitions_the_held_back_writer_commit_goes_in() -> None:
         "look", "look",  # hand-over: the writer's held commit lands between the leases
         LEASE_SET, "look", "look", "CALL", LEASE_UNSET,  # settle, second partition
     ]  # fmt: skip
+
+
+def test_the_priority_boost_spans_each_lease_from_taking_to_release() -> None:
+    runner = FakeRunner([], [{"rewritten_data_files_count": 3}], [])
+    seen: list[str] = []
+
+    @contextmanager
+    def boost() -> Iterator[None]:
+        seen.append(f"boost after {len(runner.statements)} statements")
+        yield
+        seen.append(f"normal after {len(runner.statements)} statements")
+
+    result = executor(runner, FakeInspector(inspection()), lease_s=30, boost=boost).execute(
+        request(), MaintenancePolicy()
+    )
+    assert result.status is MaintenanceStatus.SUCCEEDED
+    # Boosted before the lease is taken, back to normal only once it is released.
+    assert seen == ["boost after 0 statements", "normal after 3 statements"]
+    assert runner.statements[0] == LEASE_SET and runner.statements[-1] == LEASE_UNSET
+
+
+def test_no_boost_without_a_lease() -> None:
+    entered: list[bool] = []
+
+    @contextmanager
+    def boost() -> Iterator[None]:
+        entered.append(True)
+        yield
+
+    executor(FakeRunner(), FakeInspector(inspection()), lease_s=0, boost=boost).execute(
+        request(), MaintenancePolicy()
+    )
+    assert entered == []
