@@ -27,6 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from services.iceberg_writer.changes import BatchPlan, Change, Op, Path
+from services.iceberg_writer.copyfiles import write_copy
 from services.iceberg_writer.tables import quote, sql_literal
 from services.iceberg_writer.types import STAGING_FLAG, Converter, MetadataColumns
 from shared.spark import scratch_catalog
@@ -152,12 +153,17 @@ class BatchWriter:
         ``target`` as ONE snapshot. Each table column is cast to the table's type; a column
         the files lack is null; ``metadata`` gives the metadata columns' values (the same for
         every row). ``insert_only``: the table already holds rows, so only keys it lacks go
-        in (a MERGE that Spark plans as an anti-join); otherwise a plain append.
+        in (a MERGE that Spark plans as an anti-join); otherwise a plain append, of the
+        files conformed by Arrow where the table allows (``copyfiles.write_copy``).
 
         Raises ValueError when the files hold a column the table does not have, or one of
         another type (the copy was read under a newer source schema than the table's):
         committing would drop or overflow it."""
         started = time.monotonic()
+        if not insert_only:
+            seconds = write_copy(self._spark, target, files, metadata, summary)
+            if seconds is not None:
+                return WriteResult(Path.APPEND, seconds)
         frame = self._spark.read.parquet(*files)
         schema = self._spark.table(target).schema
         names = {f.name for f in schema.fields}

@@ -122,6 +122,12 @@ def test_changes_wait_for_the_copy_and_apply_over_it_once(
     run_until_caught_up(writer)
     assert state.bulk is None
     assert_equal_to_model(spark, table, copy + stream)
+    copied = spark.sql(
+        f"SELECT record_count FROM icefjord.{table}.files "
+        "WHERE content = 0 AND file_path LIKE '%/data/copy-%'"
+    ).collect()
+    # An empty unpartitioned table takes the copy as a data file of its own (copyfiles.py).
+    assert [r["record_count"] for r in copied] == [len(copy)]
     assert not os.path.exists(path), "the writer removes a committed copy's files"
     summaries = [
         s["summary"] for s in spark.sql(f"SELECT summary FROM icefjord.{table}.snapshots").collect()
