@@ -80,6 +80,9 @@ SETTLE_POLL_S = 0.1
 HAND_OVER_REACTION_S = 0.5
 """How long the writer may take to see a released lease (it looks between two polls)."""
 
+HAND_OVER_MAX_S = 5.0
+"""The longest wait between two slices for the writer's held commit to land."""
+
 CONFLICT_MARKERS = (
     "ValidationException",
     "CommitFailedException",
@@ -244,6 +247,7 @@ class MaintenanceExecutor:
         for a commit in flight. Never raises for the action's own failures."""
         started = self._clock()
         settle_s = self._settle_budget(writer_commit_s)
+        hand_over_s = self._hand_over_budget(writer_commit_s)
 
         def result(status: Status, **fields: Any) -> MaintenanceResult:
             return MaintenanceResult(
@@ -260,7 +264,7 @@ class MaintenanceExecutor:
             return result(Status.REJECTED, message="request rejected", error=checked.reason)
         try:
             self._check_catalog(checked)
-            return self._run(checked, policy, result, settle_s)
+            return self._run(checked, policy, result, settle_s, hand_over_s)
         except (_ActionRejected, UnknownTableError) as exc:
             return result(Status.REJECTED, message="request rejected", error=str(exc))
         except Exception as exc:  # the action failed; report it, never crash the service
@@ -278,6 +282,17 @@ class MaintenanceExecutor:
         # most that long ago.
         return min(self._lease_settle_s, 1.5 * writer_commit_s + SETTLE_POLL_S)
 
+    @staticmethod
+    def _hand_over_budget(writer_commit_s: float | None) -> float:
+        """Between two slices: time for the writer to see the release and for its held
+        commit (as slow as its recent ones) to land."""
+        commit_s = (
+            HAND_OVER_MAX_S
+            if writer_commit_s is None
+            else min(HAND_OVER_MAX_S, 1.5 * writer_commit_s + SETTLE_POLL_S)
+        )
+        return commit_s + HAND_OVER_REACTION_S
+
     def _check_catalog(self, checked: ValidatedRequest) -> None:
         if not self._inspector.exists(checked.table):
             raise _ActionRejected(f"unknown table {checked.table}")
@@ -294,6 +309,7 @@ class MaintenanceExecutor:
         policy: MaintenancePolicy,
         result: Callable[..., MaintenanceResult],
         settle_s: float,
+        hand_over_s: float,
     ) -> MaintenanceResult:
         action = checked.request.action
         before = self._inspector.inspect(checked.table)
@@ -335,7 +351,7 @@ class MaintenanceExecutor:
             if total is not None:
                 if self._stop.is_set():
                     break
-                self._hand_over(checked.table, settle_s)
+                self._hand_over(checked.table, hand_over_s)
             # One lease per slice: the writer's held-back commit goes in between two.
             with self._lease(checked.table, settle_s):
                 part = self._attempts(
@@ -401,13 +417,12 @@ class MaintenanceExecutor:
         except MalformedFilterError:  # cannot happen for filters health renders; be safe
             return [None]
 
-    def _hand_over(self, table: TableId, settle_s: float) -> None:
+    def _hand_over(self, table: TableId, budget_s: float) -> None:
         """Between two slices of a compaction: let the commit the writer held back go in
-        before the next lease, for at most the settle budget plus the writer's reaction to
-        the release. Without this the next lease follows the release within milliseconds
-        and the writer, which looks at the lease between its polls, never gets a turn."""
-        if settle_s > 0:
-            self._await_commit(table, settle_s + HAND_OVER_REACTION_S)
+        before the next lease, for at most ``budget_s`` (:meth:`_hand_over_budget`). Without
+        this the next lease follows the release within milliseconds and the writer, which
+        looks at the lease between its polls, never gets a turn."""
+        self._await_commit(table, budget_s)
 
     def _await_commit(self, table: TableId, budget_s: float) -> None:
         """Poll ``table``'s current snapshot until it changes or ``budget_s`` runs out."""
