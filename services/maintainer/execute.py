@@ -276,22 +276,13 @@ class MaintenanceExecutor:
             return result(Status.FAILED, message="action failed", error=error_summary(exc))
 
     def _settle_budget(self, writer_commit_s: float | None) -> float:
-        if writer_commit_s is None:
-            return self._lease_settle_s
-        # Half again the slowest recent commit, plus a poll: a commit in flight started at
-        # most that long ago.
-        return min(self._lease_settle_s, 1.5 * writer_commit_s + SETTLE_POLL_S)
+        return _commit_budget(writer_commit_s, self._lease_settle_s)
 
     @staticmethod
     def _hand_over_budget(writer_commit_s: float | None) -> float:
-        """Between two slices: time for the writer to see the release and for its held
-        commit (as slow as its recent ones) to land."""
-        commit_s = (
-            HAND_OVER_MAX_S
-            if writer_commit_s is None
-            else min(HAND_OVER_MAX_S, 1.5 * writer_commit_s + SETTLE_POLL_S)
-        )
-        return commit_s + HAND_OVER_REACTION_S
+        """Between two slices: time for the writer's held commit (as slow as its recent
+        ones) to land, plus its reaction to the release."""
+        return _commit_budget(writer_commit_s, HAND_OVER_MAX_S) + HAND_OVER_REACTION_S
 
     def _check_catalog(self, checked: ValidatedRequest) -> None:
         if not self._inspector.exists(checked.table):
@@ -602,6 +593,15 @@ class MaintenanceExecutor:
             message=f"{'found' if dry_run else 'deleted'} {len(found)} orphan files older than "
             f"{cutoff} ms" + (f", e.g. {found[0]}" if found else ""),
         )
+
+
+def _commit_budget(writer_commit_s: float | None, cap_s: float) -> float:
+    """How long a writer commit in flight may still take, at most ``cap_s`` (all of it when
+    the writer's commit time is unknown): half again the slowest recent commit, plus a poll,
+    because such a commit started at most that long ago."""
+    if writer_commit_s is None:
+        return cap_s
+    return min(cap_s, 1.5 * writer_commit_s + SETTLE_POLL_S)
 
 
 def _status(outcome: _Outcome, done: int) -> Status:

@@ -103,9 +103,9 @@ class LeaseBoost:
         self._group_normal = autogroup_nice(self._group)
         self.enabled = nice is not None and nice < self._normal
 
-    def _set(self, value: int, group: int | None) -> int:
+    def _set(self, value: int, group: int | None) -> None:
         """Set every thread of the tree to ``value`` and the session's scheduling group to
-        ``group`` (None: leave it); return how many threads were set."""
+        ``group`` (None: leave it)."""
         if group is not None:
             try:
                 self._group.write_text(f"{group}\n")
@@ -113,14 +113,11 @@ class LeaseBoost:
                 raise
             except OSError:  # e.g. a read-only /proc: threads only from now on
                 self._group_normal = None
-        done = 0
         for tid in threads_of(process_tree(self._root, self._proc), self._proc):
             try:
                 os.setpriority(os.PRIO_PROCESS, tid, value)
             except ProcessLookupError:  # the thread ended meanwhile
                 continue
-            done += 1
-        return done
 
     @contextmanager
     def boosted(self) -> Iterator[None]:
