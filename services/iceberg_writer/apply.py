@@ -30,6 +30,7 @@ from services.iceberg_writer.changes import BatchPlan, Change, Op, Path
 from services.iceberg_writer.copyfiles import write_copy
 from services.iceberg_writer.tables import quote, sql_literal
 from services.iceberg_writer.types import STAGING_FLAG, Converter, MetadataColumns
+from services.iceberg_writer.upserts import write_upserts
 from shared.spark import scratch_catalog
 
 log = logging.getLogger(__name__)
@@ -120,21 +121,20 @@ class BatchWriter:
         """Commit ``batch`` to ``target`` (a quoted Spark name) as ONE Iceberg snapshot, the
         way ``path`` (from :meth:`BatchPlan.path`) says."""
         started = time.monotonic()
+        if path is Path.UPSERT:
+            with _conflicts():
+                write_upserts(self._spark, target, batch, keys, summary)
+            return WriteResult(path, time.monotonic() - started)
         staged = os.path.join(self._staging, f"batch-{uuid.uuid4().hex}.parquet")
         pq.write_table(batch, staged)
         try:
             frame = self._spark.read.parquet(staged)
-            with commit_properties(self._spark, summary):
-                try:
-                    if path is Path.APPEND:
-                        upserts = frame.where(f"NOT {quote(DELETE_FLAG)}")
-                        upserts.drop(DELETE_FLAG).writeTo(target).append()
-                    else:
-                        self._merge(target, frame, path, columns, keys, position_column)
-                except Exception as exc:
-                    if _is_conflict(exc):
-                        raise CommitConflictError(_first_line(exc)) from exc
-                    raise
+            with commit_properties(self._spark, summary), _conflicts():
+                if path is Path.APPEND:
+                    upserts = frame.where(f"NOT {quote(DELETE_FLAG)}")
+                    upserts.drop(DELETE_FLAG).writeTo(target).append()
+                else:
+                    self._merge(target, frame, path, columns, keys, position_column)
         finally:
             os.remove(staged)
         return WriteResult(path, time.monotonic() - started)
@@ -192,24 +192,19 @@ class BatchWriter:
                 value = F.lit(None)
             columns.append(value.cast(f.dataType).alias(f.name))
         rows = frame.select(*columns)
-        with commit_properties(self._spark, summary):
-            try:
-                if insert_only:
-                    flagged = rows.withColumn(DELETE_FLAG, F.lit(False))
-                    names_in_order = [f.name for f in schema.fields]
-                    self._merge(target, flagged, Path.INSERT, names_in_order, keys, position_column)
-                else:
-                    rows.writeTo(target).append()
-            except Exception as exc:
-                if _is_conflict(exc):
-                    raise CommitConflictError(_first_line(exc)) from exc
-                raise
+        with commit_properties(self._spark, summary), _conflicts():
+            if insert_only:
+                flagged = rows.withColumn(DELETE_FLAG, F.lit(False))
+                names_in_order = [f.name for f in schema.fields]
+                self._merge(target, flagged, Path.INSERT, names_in_order, keys, position_column)
+            else:
+                rows.writeTo(target).append()
         return WriteResult(Path.INSERT if insert_only else Path.APPEND, time.monotonic() - started)
 
     def warm_up(
         self,
         properties: Mapping[str, str],
-        paths: Sequence[Path] = (Path.APPEND, Path.MERGE, Path.INSERT),
+        paths: Sequence[Path] = (Path.APPEND, Path.MERGE, Path.INSERT, Path.UPSERT),
     ) -> float:
         """Run each of ``paths`` once on a throwaway table; return the seconds.
 
@@ -237,6 +232,9 @@ class BatchWriter:
                 }
             )
             for path in paths:
+                if path is Path.UPSERT:
+                    write_upserts(self._spark, target, rows, ["id"], {})
+                    continue
                 staged = os.path.join(self._staging, f"warm-up-{path.value}.parquet")
                 pq.write_table(rows, staged)
                 try:
@@ -294,6 +292,17 @@ _CONFLICTS = (
     "Found conflicting files",
     "Cannot commit",
 )
+
+
+@contextmanager
+def _conflicts() -> Iterator[None]:
+    """Raise a commit that lost to another one as :class:`CommitConflictError`."""
+    try:
+        yield
+    except Exception as exc:
+        if _is_conflict(exc):
+            raise CommitConflictError(_first_line(exc)) from exc
+        raise
 
 
 def _is_conflict(exc: BaseException) -> bool:

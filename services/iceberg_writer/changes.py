@@ -8,7 +8,9 @@ Pure functions over decoded change records; no Kafka, no Spark. The rules (servi
 - A truncate empties the table: changes ordered before the latest truncate are dropped, and
   the batch is applied with "delete every row the batch does not write".
 - Against the table, a change applies only if its position is at least the stored row's
-  (that comparison happens in the MERGE itself, see ``apply.py``).
+  (that comparison happens in the MERGE itself, see ``apply.py``), unless every change is
+  known to be at least that new (:class:`PositionBounds`): then the batch goes in without a
+  join (``upserts.py``).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class Path(enum.StrEnum):
     APPEND = "append"  # the table is empty: plain append of the upserts, no merge
     INSERT = "insert"  # snapshot reads no newer than any stored row: only new keys go in
     MERGE = "merge"  # upserts and deletes guarded by the stored position
+    UPSERT = "upsert"  # every change at least as new as its stored row: no join needed
     REPLACE = "replace"  # a truncate: the batch's rows become the whole table
 
 
@@ -79,9 +82,13 @@ class BatchPlan:
             bool(self.upserts) and not self.deletes and all(c.op is Op.READ for c in self.upserts)
         )
 
-    def path(self, table_is_empty: bool, stored_floor: str | None = None) -> Path:
+    def path(
+        self, table_is_empty: bool, stored_floor: str | None = None, newer: bool = False
+    ) -> Path:
         """How to write the batch; ``stored_floor`` is the lowest position of any stored row
-        (None: unknown, or a row without one).
+        (None: unknown, or a row without one); ``newer``: every change is known to be at
+        least as new as the stored row of its key (:meth:`PositionBounds.admits`), so the
+        MERGE's guard would pass for all of them and UPSERT gives the same table.
 
         INSERT writes only the keys the table lacks. It equals the MERGE when every change is
         a snapshot read at or below ``stored_floor``: the MERGE's guard then refuses every
@@ -96,9 +103,52 @@ class BatchPlan:
         if table_is_empty:
             return Path.APPEND  # deletes of rows that do not exist are no-ops
         newest = max((c.position for c in self.upserts), default=None)
-        if self.reads_only and stored_floor is not None and newest is not None:
-            return Path.INSERT if newest <= stored_floor else Path.MERGE
-        return Path.MERGE
+        if (
+            self.reads_only
+            and stored_floor is not None
+            and newest is not None
+            and newest <= stored_floor
+        ):
+            return Path.INSERT
+        return Path.UPSERT if newer else Path.MERGE
+
+
+@dataclass(slots=True)
+class PositionBounds:
+    """Upper bounds on the positions of a table's stored rows, by the Kafka partition that
+    carries their keys: what lets a batch skip the MERGE's guard.
+
+    ``base`` bounds every row stored before tracking began (the highest position in the
+    table's data files, None when that is unknown: then nothing is admitted); after that,
+    each committed change raises the bound of its partition. A key's changes all travel in
+    one partition (change topics are keyed), so a change at or above ``base`` and its
+    partition's bound is at least as new as the stored row of its key: the guard would let
+    it through. A replay (older positions arriving again) falls below its partition's bound
+    and takes the MERGE.
+
+    The writer starts tracking afresh whenever its assignment changes (a topic that gained
+    partitions moves keys between partitions, and a rebalance is how the consumer learns of
+    it) and after a commit of rows that came from no partition (a bulk load's copy).
+    """
+
+    base: str | None
+    partitions: dict[int, str] = field(default_factory=dict)
+
+    def admits(self, changes: Iterable[Change]) -> bool:
+        """Whether every change is at least as new as the stored row of its key."""
+        if self.base is None:
+            return False
+        base = self.base
+        bounds = self.partitions
+        return all(
+            c.position >= base and c.position >= bounds.get(c.partition, "") for c in changes
+        )
+
+    def record(self, changes: Iterable[Change]) -> None:
+        """``changes`` were committed: their positions bound their partitions' rows."""
+        for change in changes:
+            if change.position > self.partitions.get(change.partition, ""):
+                self.partitions[change.partition] = change.position
 
 
 def plan_batch(table: str, changes: Iterable[Change], truncated_at: str | None = None) -> BatchPlan:

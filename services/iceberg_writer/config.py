@@ -154,6 +154,12 @@ class WriterSettings(ServiceSettings):
         "keys the table lacks (an anti-join), instead of a MERGE. Off: it did not shorten "
         "the end-to-end benchmark's snapshot (service README, 'Insert path').",
     )
+    upsert_path: bool = Field(
+        default=True,
+        description="A batch whose every change is at least as new as the stored row of its "
+        "key goes in as equality deletes of its keys plus a data file of its rows, without "
+        "the MERGE's join (unpartitioned local tables; service README, 'Upsert path').",
+    )
     metadata_refresh_ms: int = Field(
         default=1000,
         ge=100,

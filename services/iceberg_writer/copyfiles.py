@@ -29,7 +29,18 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema
 from pyspark.sql import SparkSession
 
-__all__ = ["CopyMismatchError", "conform", "local_path", "same_type", "write_copy"]
+__all__ = [
+    "CopyMismatchError",
+    "arrow_schema_of",
+    "conform",
+    "data_file",
+    "discard_uncommitted",
+    "file_metrics",
+    "local_path",
+    "parquet_codec",
+    "same_type",
+    "write_copy",
+]
 
 _CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "lz4": "lz4", "uncompressed": None}
 
@@ -102,6 +113,49 @@ def local_path(location: str) -> str | None:
     return None
 
 
+def arrow_schema_of(iceberg: Any, table: Any) -> pa.Schema:
+    """The Arrow schema of a Java Iceberg ``table``, with its field ids (for Parquet)."""
+    schema = Schema.model_validate_json(str(iceberg.SchemaParser.toJson(table.schema())))
+    return schema_to_pyarrow(schema, include_field_ids=True)
+
+
+def parquet_codec(table: Any) -> str | None:
+    """The Parquet codec a Java Iceberg ``table`` asks for, as Arrow names it."""
+    codec = str(table.properties().getOrDefault("write.parquet.compression-codec", "zstd"))
+    return _CODECS.get(codec.lower(), "zstd")
+
+
+def file_metrics(iceberg: Any, table: Any, path: str) -> Any:
+    """Iceberg's metrics (counts, bounds) of the local Parquet file ``path``, by the
+    table's metrics settings."""
+    return iceberg.parquet.ParquetUtil.fileMetrics(
+        table.io().newInputFile(f"file://{path}"), iceberg.MetricsConfig.forTable(table)
+    )
+
+
+def data_file(iceberg: Any, table: Any, path: str) -> Any:
+    """An Iceberg ``DataFile`` for the local Parquet file ``path`` of an unpartitioned
+    Java Iceberg ``table``."""
+    return (
+        iceberg.DataFiles.builder(table.spec())
+        .withPath(f"file://{path}")
+        .withFormat(iceberg.FileFormat.PARQUET)
+        .withFileSizeInBytes(os.path.getsize(path))
+        .withMetrics(file_metrics(iceberg, table, path))
+        .build()
+    )
+
+
+def discard_uncommitted(exc: Exception, written: Sequence[str]) -> None:
+    """Remove the files of a commit that failed with ``exc``: in no snapshot, they would
+    only be orphans. Kept when the commit's outcome is unknown (it may have landed)."""
+    if "CommitStateUnknown" in str(exc):
+        return
+    for path in written:
+        if os.path.exists(path):
+            os.remove(path)
+
+
 def write_copy(
     spark: SparkSession,
     target: str,
@@ -121,10 +175,8 @@ def write_copy(
     data_dir = local_path(str(table.location()))
     if not table.spec().isUnpartitioned() or data_dir is None:
         return None
-    schema = Schema.model_validate_json(str(iceberg.SchemaParser.toJson(table.schema())))
-    arrow_schema = schema_to_pyarrow(schema, include_field_ids=True)
-    properties = table.properties()
-    codec = str(properties.getOrDefault("write.parquet.compression-codec", "zstd")).lower()
+    arrow_schema = arrow_schema_of(iceberg, table)
+    codec = parquet_codec(table)
     conformed = [conform(pq.read_table(f), arrow_schema, metadata) for f in files]
     os.makedirs(os.path.join(data_dir, "data"), exist_ok=True)
     written: list[str] = []
@@ -132,30 +184,14 @@ def write_copy(
         for rows in conformed:
             path = os.path.join(data_dir, "data", f"copy-{uuid.uuid4().hex}.parquet")
             written.append(path)
-            pq.write_table(rows, path, compression=_CODECS.get(codec, "zstd"))
+            pq.write_table(rows, path, compression=codec)
         append = table.newAppend()
-        metrics_config = iceberg.MetricsConfig.forTable(table)
         for path in written:
-            data_file = (
-                iceberg.DataFiles.builder(table.spec())
-                .withPath(f"file://{path}")
-                .withFormat(iceberg.FileFormat.PARQUET)
-                .withFileSizeInBytes(os.path.getsize(path))
-                .withMetrics(
-                    iceberg.parquet.ParquetUtil.fileMetrics(
-                        table.io().newInputFile(f"file://{path}"), metrics_config
-                    )
-                )
-                .build()
-            )
-            append.appendFile(data_file)
+            append.appendFile(data_file(iceberg, table, path))
         for key, value in summary.items():
             append.set(key, value)
         append.commit()
     except Exception as exc:
-        if "CommitStateUnknown" not in str(exc):
-            for path in written:  # in no snapshot: removed rather than left as orphans
-                if os.path.exists(path):
-                    os.remove(path)
+        discard_uncommitted(exc, written)
         raise
     return time.monotonic() - started

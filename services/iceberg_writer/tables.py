@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.manifest import DataFile, ManifestContent
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import (
@@ -210,6 +211,22 @@ def checkpoint_of(table: Table) -> Checkpoint | None:
     )
 
 
+def live_data_files(table: Table) -> Iterator[DataFile]:
+    """The data files of ``table``'s current snapshot, read from its data manifests.
+
+    Not ``table.scan().plan_files()``: pyiceberg refuses to plan a scan of a table with
+    equality delete files (the upsert path writes them), and these bounds need no deletes.
+    """
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return
+    for manifest in snapshot.manifests(table.io):
+        if manifest.content != ManifestContent.DATA:
+            continue
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            yield entry.data_file
+
+
 def position_floor(table: Table, column: str) -> str | None:
     """The lowest position of any row in ``table``'s data files, from their column bounds.
 
@@ -221,9 +238,7 @@ def position_floor(table: Table, column: str) -> str | None:
     """
     field_id = table.schema().find_field(column).field_id
     floor: str | None = None
-    tasks = table.scan().plan_files()
-    for task in tasks:
-        data = task.file
+    for data in live_data_files(table):
         lower = (data.lower_bounds or {}).get(field_id)
         nulls = (data.null_value_counts or {}).get(field_id)
         if lower is None or nulls is None or nulls > 0:
@@ -231,6 +246,36 @@ def position_floor(table: Table, column: str) -> str | None:
         bound = lower.decode("utf-8")
         floor = bound if floor is None else min(floor, bound)
     return floor
+
+
+def position_ceiling(table: Table, column: str) -> str | None:
+    """The highest position of any row in ``table``'s data files, from their column bounds
+    ("" for a table without data files: below every position).
+
+    None when it is not known: a file holding non-null positions without an upper bound
+    for ``column`` (or without the counts to tell). A null position needs no bound (the
+    MERGE's guard always overwrites such a row), and a bound of a deleted row only raises
+    the ceiling, which is safe. A truncated upper bound is rounded up, so it stays above.
+    """
+    field_id = table.schema().find_field(column).field_id
+    ceiling = ""
+    for data in live_data_files(table):
+        upper = (data.upper_bounds or {}).get(field_id)
+        if upper is None:
+            nulls = (data.null_value_counts or {}).get(field_id)
+            if nulls is None or nulls < data.record_count:
+                return None
+            continue
+        ceiling = max(ceiling, upper.decode("utf-8"))
+    return ceiling
+
+
+def local_unpartitioned(table: Table) -> bool:
+    """Whether ``table`` can take commits of files the writer writes itself (the bulk
+    copy's and the upsert path's): unpartitioned, and on the local file system."""
+    location = table.location()
+    local = location.startswith("file:") or "://" not in location
+    return table.spec().is_unpartitioned() and local
 
 
 class TableStore:

@@ -40,7 +40,14 @@ from pyiceberg.table import Table
 
 from services.iceberg_writer.apply import BatchWriter, CommitConflictError, arrow_batch
 from services.iceberg_writer.batching import BatchClock
-from services.iceberg_writer.changes import Change, Op, Path, plan_batch
+from services.iceberg_writer.changes import (
+    BatchPlan,
+    Change,
+    Op,
+    Path,
+    PositionBounds,
+    plan_batch,
+)
 from services.iceberg_writer.config import WriterSettings
 from services.iceberg_writer.metrics import WriterMetrics
 from services.iceberg_writer.tables import (
@@ -56,6 +63,8 @@ from services.iceberg_writer.tables import (
     applied_schema_ids,
     checkpoint_of,
     encode_offsets,
+    local_unpartitioned,
+    position_ceiling,
     position_floor,
 )
 from services.iceberg_writer.types import row_converters, row_record
@@ -121,6 +130,7 @@ class TableState:
     bulk_paused: bool = False  # its partitions paused because the held batch is full
     control_synced: bool = False  # the control topic was read to its end before a commit
     bulk_warned_at: float = 0.0
+    bounds: PositionBounds | None = None  # for the upsert path; None: to be read afresh
 
 
 class Writer:
@@ -184,7 +194,9 @@ class Writer:
         first real commits do not pay for the JVM's first MERGE. Best effort: a failure only
         means slower first commits."""
         try:
-            paths = [Path.APPEND, Path.MERGE] + ([Path.INSERT] if self.settings.insert_path else [])
+            paths = [Path.APPEND, Path.MERGE]
+            paths += [Path.INSERT] if self.settings.insert_path else []
+            paths += [Path.UPSERT] if self.settings.upsert_path else []
             seconds = self._batch_writer.warm_up(DEFAULT_PROPERTIES, paths)
         except Exception as exc:
             log.warning("warm-up failed, first commits will be slower", extra={"error": str(exc)})
@@ -269,6 +281,7 @@ class Writer:
             stored = state.committed.get((tp.topic, tp.partition))
             tp.offset = stored if stored is not None else OFFSET_BEGINNING
             state.consumed[(tp.topic, tp.partition)] = stored or 0
+            state.bounds = None  # keys may have moved between partitions
         consumer.assign(partitions)
         paused = [tp for tp in partitions if self._is_paused(self.tables[table_of(tp.topic)])]
         if paused:
@@ -285,6 +298,7 @@ class Writer:
             state.pending = [c for c in state.pending if (c.topic, c.partition) != key]
             state.consumed.pop(key, None)
             state.waits.pop(key, None)
+            state.bounds = None
             if not state.pending:
                 state.clock.first_at = None
 
@@ -435,6 +449,7 @@ class Writer:
             return False
         committed_table = self._store.load(state.name)
         assert committed_table is not None
+        state.bounds = None  # rows from no partition: read the bounds afresh
         rows = load.rows or 0
         self.metrics.bulk_rows.labels(state.name).inc(rows)
         self.metrics.commit_duration.labels(state.name).observe(result.seconds)
@@ -880,7 +895,7 @@ class Writer:
             floor = None
             if self.settings.insert_path and plan.reads_only and not empty:
                 floor = position_floor(table, self._store.metadata.position)
-            path = plan.path(empty, floor)
+            path = plan.path(empty, floor, self._newer(state, table, plan))
             batch = arrow_batch(plan, table, state.keys, state.converters, self._store.metadata)
             try:
                 result = self._batch_writer.write(
@@ -928,6 +943,8 @@ class Writer:
         freshness = [now_ms - c.source_ts_ms for c in state.pending]
         self.freshness_samples.extend(max(0.0, f / 1000) for f in freshness)
         state.committed = offsets
+        if state.bounds is not None:
+            state.bounds.record(state.pending)
         if plan.truncate_position is not None:
             state.truncated_at = plan.truncate_position
         state.pending = []
@@ -952,6 +969,19 @@ class Writer:
             updated = sum(1 for c in plan.upserts if c.op is Op.UPDATE)
             counts = (len(plan.upserts) - updated, updated, len(plan.deletes))
             self._publish_commit(state, committed_table, checkpoint, seconds, freshness, counts)
+
+    def _newer(self, state: TableState, table: Table, plan: BatchPlan) -> bool:
+        """Whether every change of ``plan`` is at least as new as the stored row of its key
+        (so the upsert path gives what the MERGE would). The bounds are read from the
+        table's data files when tracking (re)starts, then kept up by each commit."""
+        if not self.settings.upsert_path:
+            return False
+        if state.bounds is None:
+            base = None
+            if local_unpartitioned(table):
+                base = position_ceiling(table, self._store.metadata.position)
+            state.bounds = PositionBounds(base)
+        return state.bounds.admits(plan.changes)
 
     def _publish_commit(
         self,

@@ -121,13 +121,30 @@ def test_commit_carries_offsets_and_publishes_commit_done(
     events = control_events(stack, settings_.control_topic)
     done = {e.commit_id for e in events if isinstance(e, CommitDone)}
     assert {s["summary"]["icefjord.commit-id"] for s in data_commits} <= done
-    # Updates and deletes now go through MERGE, and a stale replay changes nothing.
+    # Updates and deletes, and a replay of an earlier change of one of their keys (dropped
+    # within the batch, which keeps the latest change of each key).
     later = [Event(300 + i, "UPDATE", i, name=f"u{i}") for i in range(1, 51)]
     later += [Event(400 + i, "DELETE", i) for i in range(51, 61)]
     stale = [Event(5, "UPDATE", 5, name="stale")]
     producer_for(stack, change_topic).send(schema, later + stale)
     run_until_caught_up(writer)
     assert_equal_to_model(spark, table, history + later + stale)
+    # Changes newer than every stored row go in without a join: equality deletes of their
+    # keys plus their rows. A replay after them still changes nothing.
+    newer = [Event(500 + i, "UPDATE", i, name=f"v{i}") for i in range(1, 31)]
+    newer += [Event(600 + i, "DELETE", i) for i in range(31, 41)]
+    newer += [Event(700 + i, "CREATE", i, name=f"c{i}") for i in range(51, 56)]
+    producer_for(stack, change_topic).send(schema, newer)
+    run_until_caught_up(writer)
+    assert commits_by_path(writer, table).get("upsert", 0) >= 1
+    assert commits_by_path(writer, table).get("merge", 0) == 0
+    replay = [Event(510, "UPDATE", 10, name="v10"), Event(400, "UPDATE", 20, name="replayed")]
+    producer_for(stack, change_topic).send(schema, replay)
+    run_until_caught_up(writer)
+    assert commits_by_path(writer, table).get("merge", 0) >= 1  # older than a stored row
+    assert_equal_to_model(spark, table, history + later + stale + newer + replay)
+    kinds = spark.sql(f"SELECT content FROM icefjord.{table}.delete_files").collect()
+    assert {row["content"] for row in kinds} >= {2}, "the upserts wrote no equality deletes"
     # A clean stop leaves the group, so a successor is not kept waiting for this member.
     assert writer._data.assignment()
     writer.close()
@@ -248,12 +265,13 @@ def test_snapshot_reads_into_a_table_with_rows_insert_only_the_missing_keys(
     assert commits_by_path(writer, table).get("insert", 0) >= 1
     deletes = spark.sql(f"SELECT count(*) AS n FROM icefjord.{table}.delete_files").collect()
     assert deletes[0]["n"] == 0
-    # A newer read of a stored key is no longer insert-only: it must overwrite the row.
+    # A newer read of a stored key is not insert-only: it must overwrite the row.
     newer = [Event(5000, "READ", 7, name="newer 7")]
     producer.send(schema, newer)
     run_until_caught_up(writer)
     assert_equal_to_model(spark, table, stored + older + newer)
-    assert commits_by_path(writer, table).get("merge", 0) >= 1
+    # Newer than every stored row, so it overwrites without a join (the upsert path).
+    assert commits_by_path(writer, table).get("upsert", 0) >= 1
     writer.close()
 
 

@@ -6,6 +6,7 @@ a plain sequential reference that applies every change one by one in source orde
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ from services.iceberg_writer.changes import (
     Change,
     Op,
     Path,
+    PositionBounds,
     apply_to_model,
     offsets_after,
     plan_batch,
@@ -489,3 +491,87 @@ def test_offsets_after_covers_every_partition_seen_and_passes_every_offset(
     for t, p, o in coordinates:
         assert out[(t, p)] > o
         assert (t, p, out[(t, p)] - 1) in coordinates
+
+
+def test_upsert_when_every_change_is_known_to_be_newer() -> None:
+    plan = plan_of(Op.CREATE, Op.UPDATE)
+    assert plan.path(False, newer=True) is Path.UPSERT
+    assert plan.path(False, newer=False) is Path.MERGE
+    assert plan.path(True, newer=True) is Path.APPEND  # nothing stored: a plain append
+    assert plan_of(Op.TRUNCATE, Op.CREATE).path(False, newer=True) is Path.REPLACE
+    reads = plan_of(Op.READ, Op.READ)
+    assert reads.path(False, stored_floor=pos(5), newer=True) is Path.INSERT
+
+
+def test_bounds_admit_a_change_at_or_above_its_partitions_bound() -> None:
+    bounds = PositionBounds(pos(5))
+    assert bounds.admits([change(Op.UPDATE, 1, pos(5)), change(Op.UPDATE, 2, pos(6))])
+    assert not bounds.admits([change(Op.UPDATE, 1, pos(4))])  # maybe older than base's rows
+    bounds.record([change(Op.UPDATE, 1, pos(9), partition=0), change(Op.CREATE, 2, pos(7))])
+    assert not bounds.admits([change(Op.UPDATE, 1, pos(8), partition=0)])  # a replay
+    assert bounds.admits([change(Op.UPDATE, 3, pos(8), partition=1)])  # another partition
+    assert not PositionBounds(None).admits([change(Op.UPDATE, 1, pos(99))])  # base unknown
+
+
+def blind(model: Model, plan: BatchPlan) -> None:
+    """What the UPSERT path writes: every key's stored row deleted, the upserts added."""
+    for c in plan.changes:
+        model.pop(c.key, None)
+    for c in plan.upserts:
+        assert c.row is not None
+        model[c.key] = (c.position, c.row)
+
+
+@st.composite
+def partitioned_batches(draw: st.DrawFn) -> tuple[Model, list[list[Change]]]:
+    """A stored table, then a source history whose keys travel in fixed partitions, each
+    partition delivered in order with Debezium-style replays, the partitions interleaved
+    and cut into batches at random."""
+    keys = draw(st.integers(1, 8))
+    stored: Model = {(k,): (pos(0), {"id": k, "label": "stored"}) for k in range(keys) if k % 2}
+    live = {k for (k,) in stored}
+    queues: dict[int, list[tuple[Op, int, str]]] = {0: [], 1: [], 2: []}
+    for seq in range(1, draw(st.integers(1, 60)) + 1):
+        key = draw(st.integers(0, keys - 1))
+        op = draw(st.sampled_from([Op.UPDATE, Op.DELETE])) if key in live else Op.CREATE
+        (live.discard if op is Op.DELETE else live.add)(key)
+        queues[key % 3].append((op, key, pos(seq)))
+    for partition, queue in queues.items():
+        for _ in range(draw(st.integers(0, 2))):
+            if queue:
+                end = draw(st.integers(1, len(queue)))
+                start = draw(st.integers(0, end - 1))
+                at = draw(st.integers(end, len(queue)))
+                queue[at:at] = queue[start:end]
+        queues[partition] = queue
+    offsets = {p: 0 for p in queues}
+    delivery: list[Change] = []
+    while any(queues.values()):
+        partition = draw(st.sampled_from([p for p, q in queues.items() if q]))
+        op, key, position = queues[partition].pop(0)
+        delivery.append(change(op, key, position, partition=partition, offset=offsets[partition]))
+        offsets[partition] += 1
+    cuts = sorted(draw(st.lists(st.integers(0, len(delivery)), max_size=8)))
+    bounds = [0, *cuts, len(delivery)]
+    return stored, [delivery[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+
+
+@given(partitioned_batches())
+@settings(max_examples=200)
+def test_batches_the_bounds_admit_end_as_the_merge_would(
+    data: tuple[Model, list[list[Change]]],
+) -> None:
+    # The UPSERT path skips the MERGE's guard: wherever the bounds admit a batch, the table
+    # must come out the same as the guarded MERGE leaves it.
+    stored, batches = data
+    merged, upserted = dict(stored), dict(stored)
+    bounds = PositionBounds(pos(0))
+    for batch in batches:
+        plan = plan_batch(TABLE, batch)
+        apply_to_model(merged, plan)
+        if bounds.admits(plan.changes):
+            blind(upserted, plan)
+        else:
+            apply_to_model(upserted, plan)
+        bounds.record(batch)
+        assert upserted == merged
