@@ -116,6 +116,8 @@ class ProcedureRunner(Protocol):
 
     def delete_orphans(self, table: str, older_than_ms: int) -> list[str]: ...
 
+    def drop_dangling_equality_deletes(self, table: str) -> int: ...
+
 
 class Inspector(Protocol):
     """What :class:`~services.maintainer.inspect.TableInspector` offers."""
@@ -152,6 +154,46 @@ class SparkProcedureRunner:
             deleted.append(str(iterator.next()))
         return deleted
 
+    def drop_dangling_equality_deletes(self, table: str) -> int:
+        """Remove the equality delete files of an unpartitioned ``table`` that no live data
+        file needs any more; return how many.
+
+        An equality delete applies to data files of a lower data sequence number. After a
+        compaction every live data file has one at least as high as the deletes it applied,
+        so those deletes are dead weight that every scan still plans. Iceberg's
+        ``remove-dangling-deletes`` skips unpartitioned tables (it counts on each commit
+        dropping them, which it does not do for equality deletes), so this does it: one
+        commit that removes exactly the delete files whose sequence number is at most the
+        lowest live data file's. A concurrent commit cannot make one of them needed again
+        (new data files get higher sequence numbers), so the commit may retry freely."""
+        jvm = self._spark._jvm
+        iceberg = jvm.org.apache.iceberg
+        loaded = iceberg.spark.Spark3Util.loadIcebergTable(self._spark._jsparkSession, table)
+        snapshot = loaded.currentSnapshot()
+        if snapshot is None or not loaded.spec().isUnpartitioned() or loaded.specs().size() > 1:
+            return 0
+        io, specs = loaded.io(), loaded.specs()
+        lowest: int | None = None
+        for manifest in snapshot.dataManifests(io):
+            files = iceberg.ManifestFiles.read(manifest, io, specs).iterator()
+            while files.hasNext():
+                sequence = int(files.next().dataSequenceNumber())
+                lowest = sequence if lowest is None else min(lowest, sequence)
+        rewrite = loaded.newRewrite()
+        dropped = 0
+        for manifest in snapshot.deleteManifests(io):
+            deletes = iceberg.ManifestFiles.readDeleteManifest(manifest, io, specs).iterator()
+            while deletes.hasNext():
+                delete = deletes.next()
+                if str(delete.content().toString()) != "EQUALITY_DELETES":
+                    continue
+                if lowest is None or int(delete.dataSequenceNumber()) <= lowest:
+                    rewrite.deleteFile(delete)
+                    dropped += 1
+        if dropped:
+            rewrite.commit()
+        return dropped
+
 
 @dataclass(frozen=True, slots=True)
 class _Outcome:
@@ -185,6 +227,10 @@ def _add(total: dict[str, int], rows: list[dict[str, Any]]) -> None:
         for key, value in row.items():
             if isinstance(value, int) and not isinstance(value, bool):
                 total[key] = total.get(key, 0) + value
+
+
+def _equality_deletes(inspection: TableInspection) -> bool:
+    return any(f.content is FileContent.EQUALITY_DELETES for f in inspection.files)
 
 
 def _files(inspection: TableInspection, content: FileContent) -> tuple[int, int]:
@@ -352,6 +398,11 @@ class MaintenanceExecutor:
             total = part if total is None else total.then(part)
         assert total is not None  # at least one slice
         outcome = total
+        dangling = 0
+        if is_compaction and _equality_deletes(before) and total.error is None:
+            dangling = self._runner.drop_dangling_equality_deletes(
+                checked.table.quoted(self._catalog)
+            )
         after = self._inspector.inspect(checked.table)
         files_before, bytes_before = _files(before, content)
         files_after, bytes_after = _files(after, content)
@@ -361,7 +412,8 @@ class MaintenanceExecutor:
             done = counters.get("rewritten_data_files_count", 0)
             message = (
                 f"rewrote {done} data files into {counters.get('added_data_files_count', 0)}, "
-                f"removed {counters.get('removed_delete_files_count', 0)} delete files"
+                f"removed {counters.get('removed_delete_files_count', 0) + dangling} "
+                "delete files"
             )
             if len(slices) > 1:
                 message += f" in {len(slices)} partitions, one lease each"

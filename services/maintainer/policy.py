@@ -45,6 +45,7 @@ ACTION_PRIORITY: Mapping[MaintenanceAction, int] = {
 first because readers and the file count suffer most from small files."""
 
 DANGLING_DELETES_OPTION = "remove-dangling-deletes"
+EQUALITY_DELETES_OPTION = "delete-file-threshold"
 
 COMPACTION_OPTIONS: Mapping[str, str] = {
     # Commit file groups one by one: a group that conflicts with the writer is dropped
@@ -53,10 +54,12 @@ COMPACTION_OPTIONS: Mapping[str, str] = {
     "partial-progress.max-commits": "10",
     # ...but raise when one did, so the executor retries instead of reporting nothing done.
     "partial-progress.max-failed-commits": "0",
-    # Compaction applies position deletes to the files it rewrites; without this the
-    # delete files stay live (dangling) until a separate delete rewrite. Format v2 only:
-    # a v3 deletion vector belongs to one data file and goes with it in the rewrite, so
-    # the extra Spark job (a scan of the delete entries) would find nothing, inside the lease.
+    # Compaction applies deletes to the files it rewrites; without this the delete files
+    # stay live (dangling) until a separate delete rewrite. Not for a v3 table without
+    # equality deletes: a deletion vector belongs to one data file and goes with it in the
+    # rewrite, so the extra Spark job (a scan of the delete entries) would find nothing,
+    # inside the lease. (Iceberg skips it for unpartitioned tables; the executor removes
+    # their dangling equality deletes itself.)
     DANGLING_DELETES_OPTION: "true",
 }
 # All or nothing: delete files are small and quick to rewrite, and without partial progress
@@ -232,10 +235,15 @@ def _compaction(health: TableHealth, policy: MaintenancePolicy) -> Candidate | N
     pressure, name, _ = max(pressures)
     concerned = small + [p for p in deleted if p not in small]
     options = dict(COMPACTION_OPTIONS)
-    if health.format_version >= 3:
+    if health.format_version >= 3 and not health.equality_delete_files:
         del options[DANGLING_DELETES_OPTION]
     if deleted:
         options["delete-ratio-threshold"] = str(policy.compact_delete_ratio)
+    if health.equality_delete_files:
+        # Iceberg's delete ratio counts only deletes scoped to one file (position deletes,
+        # deletion vectors), so a file that equality deletes (the writer's upsert path)
+        # make stale would never qualify: rewrite every file that has any to apply.
+        options[EQUALITY_DELETES_OPTION] = "1"
     return Candidate(
         table=health.table,
         action=MaintenanceAction.COMPACT_DATA_FILES,

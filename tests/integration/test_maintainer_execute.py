@@ -512,3 +512,54 @@ def test_with_the_lease_compaction_wins_against_updates_spread_over_every_file(
     assert LEASE_PROPERTY not in catalog.load_table(table).properties
     assert contents(spark, table) == model
     print(f"\nlease: writer {stats}, results {[(r.status.value, r.message) for r in results]}")
+
+
+def test_compaction_applies_the_writers_equality_deletes_and_drops_them(
+    spark: Any, executor: MaintenanceExecutor, namespace: str
+) -> None:
+    """The writer's upsert path (``upserts.py``) commits equality deletes; a compaction with
+    the policy's options for them rewrites every file they touch, and the executor then
+    removes the delete files (Iceberg leaves them in an unpartitioned table)."""
+    import pyarrow as pa
+
+    from services.iceberg_writer.types import STAGING_FLAG
+    from services.iceberg_writer.upserts import write_upserts
+    from services.maintainer.policy import COMPACTION_OPTIONS, EQUALITY_DELETES_OPTION
+
+    table = f"{namespace}.upserted"
+    spark.sql(
+        f"""CREATE TABLE icefjord.{table} (id BIGINT NOT NULL, region STRING, v STRING)
+        USING iceberg TBLPROPERTIES ('format-version'='3', 'write.merge.mode'='merge-on-read')"""
+    )
+    append(spark, table, [(k, region(k), "v0") for k in range(40)])
+    model = {k: (region(k), "v0") for k in range(40)}
+    rng = random.Random(11)
+    for step in range(6):
+        keys = rng.sample(range(50), 8)
+        deleted = [k % 4 == 0 for k in keys]
+        batch = pa.table(
+            {
+                "id": pa.array(keys, pa.int64()),
+                "region": [region(k) for k in keys],
+                "v": [f"u{step}" for _ in keys],
+                STAGING_FLAG: deleted,
+            }
+        )
+        write_upserts(spark, f"icefjord.{table}", batch, ["id"], {"icefjord.step": str(step)})
+        for key, gone in zip(keys, deleted, strict=True):
+            if gone:
+                model.pop(key, None)
+            else:
+                model[key] = (region(key), f"u{step}")
+    assert contents(spark, table) == model
+    kinds = spark.sql(f"SELECT content FROM icefjord.{table}.delete_files").collect()
+    assert [r.content for r in kinds] == [2] * 6, "each upsert commit has one equality delete"
+    options = {**COMPACTION_OPTIONS, EQUALITY_DELETES_OPTION: "1"}
+    result = executor.execute(
+        request(table, MaintenanceAction.COMPACT_DATA_FILES, **options), MaintenancePolicy()
+    )
+    assert result.status is Status.SUCCEEDED, result
+    assert contents(spark, table) == model
+    left = spark.sql(f"SELECT count(*) AS n FROM icefjord.{table}.delete_files").first().n
+    assert left == 0, "equality deletes left behind after the compaction"
+    assert result.files_after == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -43,6 +44,7 @@ class FakeRunner:
         self.script = list(script)
         self.statements: list[str] = []
         self.orphan_calls: list[tuple[str, int]] = []
+        self.dangling_calls: list[str] = []
 
     def sql(self, statement: str) -> list[dict[str, Any]]:
         self.statements.append(statement)
@@ -54,6 +56,10 @@ class FakeRunner:
     def delete_orphans(self, table: str, older_than_ms: int) -> list[str]:
         self.orphan_calls.append((table, older_than_ms))
         return ["file:/w/t/data/orphan.parquet"]
+
+    def drop_dangling_equality_deletes(self, table: str) -> int:
+        self.dangling_calls.append(table)
+        return 2
 
 
 def inspection(data_files: int = 3, snapshots: tuple[SnapshotStats, ...] = ()) -> TableInspection:
@@ -615,3 +621,25 @@ def test_no_boost_without_a_lease() -> None:
         request(), MaintenancePolicy()
     )
     assert entered == []
+
+
+def test_a_compaction_of_a_table_with_equality_deletes_drops_the_dangling_ones() -> None:
+    files = (*inspection(3).files, FileStats(FileContent.EQUALITY_DELETES, (), 5, 40))
+    before = dataclasses.replace(inspection(3), files=files)
+    runner = FakeRunner(
+        [{"rewritten_data_files_count": 3, "added_data_files_count": 1}],
+    )
+    result = executor(runner, FakeInspector(before, inspection(1))).execute(
+        request(), MaintenancePolicy()
+    )
+    assert result.status is MaintenanceStatus.SUCCEEDED
+    assert runner.dangling_calls == ["`icefjord`.`shop`.`orders`"]
+    assert result.message == "rewrote 3 data files into 1, removed 2 delete files"
+
+
+def test_a_compaction_without_equality_deletes_looks_for_no_dangling_ones() -> None:
+    runner = FakeRunner([{"rewritten_data_files_count": 3, "added_data_files_count": 1}])
+    executor(runner, FakeInspector(inspection(3), inspection(1))).execute(
+        request(), MaintenancePolicy()
+    )
+    assert runner.dangling_calls == []

@@ -214,3 +214,15 @@ def test_dangling_deletes_are_removed_only_where_they_can_dangle() -> None:
     assert v2.options["remove-dangling-deletes"] == "true"
     assert "remove-dangling-deletes" not in v3.options
     assert v3.options["partial-progress.enabled"] == "true"
+
+
+def test_equality_deletes_make_every_file_they_touch_a_compaction_input() -> None:
+    figures = {"data_files": 4, "data_records": 1000, "delete_records": 400}
+    plain = actions(health(part(**figures, position_delete_files=2), format_version=3))
+    upserted = actions(health(part(**figures, equality_delete_files=2), format_version=3))
+    candidate = upserted[MaintenanceAction.COMPACT_DATA_FILES]
+    assert candidate.policy == "delete-ratio"
+    # Iceberg's delete ratio ignores equality deletes; the file threshold does not.
+    assert candidate.options["delete-file-threshold"] == "1"
+    assert candidate.options["remove-dangling-deletes"] == "true"
+    assert "delete-file-threshold" not in plain[MaintenanceAction.COMPACT_DATA_FILES].options

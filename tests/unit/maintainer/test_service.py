@@ -265,6 +265,9 @@ class Runner:
     def delete_orphans(self, table: str, older_than_ms: int) -> list[str]:
         raise AssertionError("not expected")
 
+    def drop_dangling_equality_deletes(self, table: str) -> int:
+        raise AssertionError("not expected")
+
 
 def test_bad_operator_requests_get_rejected_results() -> None:
     clock = Clock()
