@@ -35,7 +35,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry import SchemaRegistryClient
 from pyiceberg.table import Table
 
 from services.iceberg_writer.apply import BatchWriter, CommitConflictError, arrow_batch
@@ -744,10 +744,7 @@ class Writer:
         raw = self._raw_schema(schema_id)
         version = 0
         try:
-            registered = self._registry.lookup_schema(
-                f"{topic}-value", Schema(json.dumps(raw), "AVRO")
-            )
-            version = int(registered.version or 0)
+            version = self._version_of(f"{topic}-value", schema_id)
         except Exception as exc:
             log.warning("schema version lookup failed", extra={"error": str(exc)})
         self._store.create(state.name, raw, schema_id)
@@ -758,6 +755,20 @@ class Writer:
         self._load(state)
         state.committed = committed or state.committed
         self._claim(state)
+
+    def _version_of(self, subject: str, schema_id: int) -> int:
+        """The version of ``subject`` registered with ``schema_id`` (0: none has it).
+
+        By id, not by the schema's text: a lookup by text (``lookup_schema``) never matched
+        on Apicurio, whose comparison is stricter than the Avro canonical form. A new table's
+        first schema is nearly always the subject's latest version: one request."""
+        latest = self._registry.get_latest_version(subject)
+        if latest.schema_id == schema_id:
+            return int(latest.version or 0)
+        for version in sorted(self._registry.get_versions(subject), reverse=True):
+            if self._registry.get_version(subject, version).schema_id == schema_id:
+                return int(version)
+        return 0
 
     def _evolve(self, state: TableState, plan: SchemaChange) -> None:
         if state.pending:

@@ -112,6 +112,12 @@ def test_commit_carries_offsets_and_publishes_commit_done(
     producer_for(stack, change_topic).send(schema, history)
     run_until_caught_up(writer)
     assert_equal_to_model(spark, table, history)
+    # The table records the registry version of the schema it was created from.
+    registered = make_registry_client(stack.registry).get_latest_version(f"{change_topic}-value")
+    properties = spark.sql(f"SHOW TBLPROPERTIES icefjord.{table}").collect()
+    assert {r["key"]: r["value"] for r in properties}["icefjord.schema.version"] == str(
+        registered.version
+    )
     snapshots = spark.sql(
         f"SELECT snapshot_id, operation, summary FROM icefjord.{table}.snapshots"
     ).collect()
