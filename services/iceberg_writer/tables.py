@@ -38,6 +38,7 @@ from pyiceberg.types import (
 )
 from pyspark.sql import SparkSession
 
+from services.iceberg_writer.copyfiles import local_path
 from services.iceberg_writer.types import MetadataColumns, table_schema, type_from_json
 from shared.events import SchemaChange, SchemaOperationKind
 
@@ -273,9 +274,7 @@ def position_ceiling(table: Table, column: str) -> str | None:
 def local_unpartitioned(table: Table) -> bool:
     """Whether ``table`` can take commits of files the writer writes itself (the bulk
     copy's and the upsert path's): unpartitioned, and on the local file system."""
-    location = table.location()
-    local = location.startswith("file:") or "://" not in location
-    return table.spec().is_unpartitioned() and local
+    return table.spec().is_unpartitioned() and local_path(table.location()) is not None
 
 
 class TableStore:
