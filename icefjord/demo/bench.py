@@ -402,14 +402,27 @@ class Bench:
             self.tick()
 
 
-def _machine(load_start: tuple[float, float, float]) -> Machine:
+def _machine(load_start: tuple[float, float, float], normalizer: str) -> Machine:
     return Machine(
         cores=os.cpu_count() or 0,
         load_start=load_start,
         load_end=os.getloadavg(),
         platform=platform.platform(),
         python=platform.python_version(),
+        normalizer=normalizer,
     )
+
+
+def normalizer_build(services: Sequence[ServiceProcess]) -> str:
+    """Which normalizer build this run measures, decided before the services start: the
+    figures of a plain CPython run (a build older than the checkout) are not the image's."""
+    for service in services:
+        if service.name != "normalizer":
+            continue
+        if service.check().healthy:
+            return "already running when the benchmark started (build unknown)"
+        return service.build or "plain CPython"
+    return ""
 
 
 def run_bench(settings: LocalSettings, options: BenchOptions, console: Console) -> BenchResult:
@@ -434,6 +447,9 @@ def run_bench(settings: LocalSettings, options: BenchOptions, console: Console) 
     dead_before = end_offsets(kafka, DEAD_LETTER_TOPIC)
     services = service_processes(settings, SERVICE_NAMES, source_topic_prefix=demo.topic_prefix)
     notes: list[str] = []
+    build = normalizer_build(services)
+    if build.startswith("plain CPython"):
+        log(f"the normalizer runs {build}; the image ships the compiled one (make compiled)")
     try:
         start_services(services, options.service_start_timeout_s, log)
         per_table = math.ceil(options.snapshot_rows / 3)
@@ -484,7 +500,7 @@ def run_bench(settings: LocalSettings, options: BenchOptions, console: Console) 
         started=started.isoformat(timespec="seconds"),
         source=kind,
         schema=source.names.schema,
-        machine=_machine(load_start),
+        machine=_machine(load_start, build),
         phases=tuple(phases),
         samples=tuple(bench.samples),
         tables=tuple(

@@ -73,7 +73,9 @@ def _report(verified: bool = True) -> BenchReport:
         started="2025-01-01T12:00:00+00:00",
         source="postgres",
         schema="bench_e2e",
-        machine=Machine(2, (1.5, 1.0, 0.5), (3.25, 2.0, 1.0), "Linux-test", "3.11.9"),
+        machine=Machine(
+            2, (1.5, 1.0, 0.5), (3.25, 2.0, 1.0), "Linux-test", "3.11.9", "compiled with mypyc"
+        ),
         phases=phases,
         samples=tuple(samples),
         tables=(
@@ -99,6 +101,7 @@ def test_markdown_has_goals_phases_machine_and_verdict() -> None:
     assert rows[2].endswith("**met** |")
     assert "| max | max |" in text
     assert "cores: 2" in text and "3.25 / 2.00 / 1.00" in text
+    assert "- normalizer: compiled with mypyc" in text
     assert "`icefjord bench pipeline --rates 1000`" in text
     assert "every Iceberg table equals its source" in text
     assert "![freshness and throughput over time](bench.png)" in text
@@ -110,6 +113,13 @@ def test_markdown_says_when_the_output_is_wrong() -> None:
     assert "VERIFICATION FAILED" in text
     assert "**DIFFERENT**" in text
     assert "No chart: matplotlib is not installed" in text and "pip install" in text
+
+
+def test_markdown_leaves_out_an_unknown_normalizer_build() -> None:
+    report = _report()
+    machine = Machine(2, (1.5, 1.0, 0.5), (3.25, 2.0, 1.0), "Linux-test", "3.11.9")
+    text = render_markdown(dataclasses.replace(report, machine=machine), None, "no chart")
+    assert "normalizer:" not in text.split("## Machine and command")[1].split("##")[0]
 
 
 def test_series_csv_has_one_line_per_window() -> None:
