@@ -215,7 +215,7 @@ def prepare_source(
         log(f"Kafka Connect healthy in {time.monotonic() - began:.1f} s")
     retired = retire_earlier_runs(connect, cluster)
     if retired:
-        log(f"removed the connectors of earlier runs: {', '.join(retired)}")
+        log(f"removed what earlier runs left: {', '.join(retired)}")
     taken = _taken_schemas(settings, cluster, options.topic_prefix)
     names = SourceNames(
         options.schema or choose_schema(taken, options.schema_base), options.topic_prefix

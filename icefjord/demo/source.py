@@ -71,18 +71,43 @@ def choose_schema(taken: Set[str], base: str = "shop") -> str:
     return f"{base}_{n}"
 
 
+SLOT_PREFIX = "icefjord_"
+
+
 def retire_earlier_runs(connect: KafkaConnect, cluster: PostgresCluster) -> list[str]:
     """Delete the connectors of earlier demo runs and drop their replication slots, so an
     idle slot does not hold back WAL forever. Their topics and tables stay. Returns the
-    connector names removed."""
+    connector names removed and the orphaned slots dropped.
+
+    A slot is orphaned when it is named like ours (``icefjord_``), is inactive and no
+    connector registered with the worker names it: its connector was forgotten (Kafka's data
+    removed, the worker's config topic lost) while PostgreSQL kept the slot, and with it
+    every byte of WAL written since. Slots of connectors that are still registered are left
+    alone even while inactive: their connector resumes from them."""
     import psycopg
 
-    removed = [c for c in connect.request("GET", "/connectors") if c.startswith(CONNECTOR_PREFIX)]
+    registered: list[str] = connect.request("GET", "/connectors")
+    removed = [c for c in registered if c.startswith(CONNECTOR_PREFIX)]
+    claimed = [
+        _slot_of(connect, name) for name in registered if not name.startswith(CONNECTOR_PREFIX)
+    ]
     for name in removed:
         connect.delete(name)
-    slots = [f"icefjord_{name.removeprefix(CONNECTOR_PREFIX)}" for name in removed]
+    slots = [f"{SLOT_PREFIX}{name.removeprefix(CONNECTOR_PREFIX)}" for name in removed]
+    dropped: list[str] = []
     deadline = time.monotonic() + 30
     with psycopg.connect(cluster.conninfo(), autocommit=True) as conn:
+        orphans = [
+            row[0]
+            for row in conn.execute(
+                "SELECT slot_name FROM pg_replication_slots WHERE NOT active"
+                " AND starts_with(slot_name, %s) AND NOT slot_name = ANY(%s)",
+                (SLOT_PREFIX, [*slots, *(slot for slot in claimed if slot is not None)]),
+            ).fetchall()
+        ]
+        for slot in orphans:
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+            dropped.append(f"slot {slot}")
         while slots and time.monotonic() < deadline:
             rows = conn.execute(
                 "SELECT slot_name, pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
@@ -92,7 +117,15 @@ def retire_earlier_runs(connect: KafkaConnect, cluster: PostgresCluster) -> list
             slots = [s for s in slots if s not in {row[0] for row in rows}]
             if slots:
                 time.sleep(1)  # a deleted connector's task lets go of its slot shortly
-    return removed
+    return removed + dropped
+
+
+def _slot_of(connect: KafkaConnect, name: str) -> str | None:
+    """The replication slot connector ``name`` reads (Debezium's default when unset)."""
+    config: dict[str, str] = connect.request("GET", f"/connectors/{name}/config")
+    if "slot.name" in config:
+        return config["slot.name"]
+    return "debezium" if "postgres" in config.get("connector.class", "").lower() else None
 
 
 class DemoSource(Protocol):

@@ -30,7 +30,7 @@ from icefjord.demo.canonical import canonical
 from icefjord.demo.envelopes import encode_row, envelope_schema, key_schema
 from icefjord.demo.plan import Planner, WorkloadSpec
 from icefjord.demo.progress import scrape_all, total
-from icefjord.demo.source import PostgresDemoSource, SourceNames
+from icefjord.demo.source import PostgresDemoSource, SourceNames, retire_earlier_runs
 from icefjord.demo.workload import WorkloadResult, paced
 from icefjord.local.artifacts import ensure_connect_artifacts
 from icefjord.local.connect import KafkaConnect
@@ -450,3 +450,30 @@ def test_a_restarted_worker_is_healthy_once_it_knows_its_connectors(capture: Cap
     connect.start()
     connect.wait_healthy(240)
     assert capture.names.connector in connect.request("GET", "/connectors")
+
+
+def test_retiring_earlier_runs_drops_their_slots_and_orphaned_ones(capture: Capture) -> None:
+    """The module's last test: it removes the module's connector. An inactive slot named
+    like ours that no registered connector reads (its connector was forgotten with Kafka's
+    data) holds WAL forever, so it goes too; a slot not named like ours stays."""
+    import psycopg
+
+    cluster = PostgresCluster(capture.settings)
+    tag = uuid.uuid4().hex[:8]
+    orphan, foreign = f"icefjord_orphan_{tag}", f"other_{tag}"
+    with psycopg.connect(cluster.conninfo(), autocommit=True) as conn:
+        for slot in (orphan, foreign):
+            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        try:
+            retired = retire_earlier_runs(capture.connect, cluster)
+            slots = {row[0] for row in conn.execute("SELECT slot_name FROM pg_replication_slots")}
+            assert capture.names.connector in retired and f"slot {orphan}" in retired
+            assert capture.names.connector not in capture.connect.request("GET", "/connectors")
+            assert capture.names.slot not in slots and orphan not in slots
+            assert foreign in slots
+        finally:
+            conn.execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+                " WHERE slot_name = %s",
+                (foreign,),
+            )
