@@ -24,7 +24,7 @@ from services.iceberg_writer.writer import Writer
 from shared.catalog import open_catalog
 from shared.endpoint import Health
 from shared.errors import Backoff, retry
-from shared.kafka import make_consumer, make_producer
+from shared.kafka import make_admin, make_consumer, make_producer
 from shared.loop import run_loop
 from shared.registry import make_registry_client
 from shared.service import EXIT_BAD_SETTINGS, EXIT_FATAL, EXIT_OK, create_topics, serve_metrics
@@ -61,6 +61,7 @@ def build_writer(settings: WriterSettings, registry: CollectorRegistry) -> Write
         settings,
         data=data,
         control=control,
+        admin=make_admin(settings.kafka),
         producer=make_producer(settings.kafka),
         registry=make_registry_client(settings.registry),
         store=store,

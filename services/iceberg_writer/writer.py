@@ -35,6 +35,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
+from confluent_kafka.admin import AdminClient
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from pyiceberg.table import Table
 
@@ -82,7 +83,7 @@ from shared.events import (
     TopicPartitionOffset,
     Verdict,
 )
-from shared.kafka import consume_ready
+from shared.kafka import consume_ready, last_stable_offsets
 from shared.lease import leased
 
 log = logging.getLogger("services.iceberg_writer")
@@ -142,6 +143,7 @@ class Writer:
         *,
         data: Consumer,
         control: Consumer,
+        admin: AdminClient,
         producer: Producer,
         registry: SchemaRegistryClient,
         store: TableStore,
@@ -152,6 +154,7 @@ class Writer:
         self.settings = settings
         self._data = data
         self._control = control
+        self._admin = admin
         self._producer = producer
         self._registry = registry
         self._codec = AvroCodec(registry)
@@ -479,13 +482,11 @@ class Writer:
     def _read_control_to_end(self, timeout_s: float = 10.0) -> None:
         """Handle every control event published before now (the topic's ends, taken now)."""
         assignment = self._control.assignment()
-        ends: dict[int, int] = {}
-        for tp in assignment:
-            try:
-                _, high = self._control.get_watermark_offsets(tp, timeout=5)
-            except KafkaException as exc:
-                raise RetryableError(f"control topic offsets unavailable: {exc}") from exc
-            ends[tp.partition] = high
+        try:
+            stable = last_stable_offsets(self._admin, assignment)
+        except KafkaException as exc:
+            raise RetryableError(f"control topic offsets unavailable: {exc}") from exc
+        ends = {partition: offset for (_, partition), offset in stable.items()}
         deadline = time.monotonic() + timeout_s
         while True:
             positions = {tp.partition: tp.offset for tp in self._control.position(assignment)}

@@ -6,6 +6,7 @@ import time
 import uuid
 from collections.abc import Callable
 
+from confluent_kafka import TopicPartition
 from harness import Stack
 
 from shared.avro import AvroCodec
@@ -17,7 +18,14 @@ from shared.events import (
     OperatorCommandKind,
     TopicPartitionOffset,
 )
-from shared.kafka import TopicRequest, ensure_topics, make_admin, make_consumer, make_producer
+from shared.kafka import (
+    TopicRequest,
+    ensure_topics,
+    last_stable_offsets,
+    make_admin,
+    make_consumer,
+    make_producer,
+)
 from shared.registry import make_registry_client
 
 
@@ -153,3 +161,36 @@ def test_replication_is_capped_at_the_broker_count(
         topics = admin.list_topics(timeout=10).topics
     assert len(topics[name].partitions[0].replicas) == brokers
     admin.delete_topics([name])[name].result()
+
+
+def test_last_stable_offsets_end_before_an_open_transaction(
+    stack: Stack, unique: Callable[[str], str]
+) -> None:
+    """Where a read_committed reader ends: after the committed records, before the records
+    of a transaction still open; every partition in one answer."""
+    admin = make_admin(stack.kafka)
+    name = unique("stable")
+    ensure_topics(admin, [TopicRequest(name, partitions=2)])
+    plain = make_producer(stack.kafka)
+    for _ in range(3):
+        plain.produce(name, b"committed", partition=0)
+    plain.flush(10)
+    pending = make_producer(stack.kafka, **{"transactional.id": unique("tx")})
+    pending.init_transactions(30)
+    pending.begin_transaction()
+    pending.produce(name, b"open", partition=0)
+    pending.produce(name, b"open", partition=1)
+    pending.flush(10)
+    try:
+        ends = last_stable_offsets(admin, [TopicPartition(name, 0), TopicPartition(name, 1)])
+        assert ends == {(name, 0): 3, (name, 1): 0}
+        pending.commit_transaction(30)
+        # The coordinator writes the commit markers after it answers: poll for them.
+        deadline = time.monotonic() + 15
+        while ends != {(name, 0): 5, (name, 1): 2} and time.monotonic() < deadline:
+            time.sleep(0.1)
+            ends = last_stable_offsets(admin, [TopicPartition(name, 0), TopicPartition(name, 1)])
+        assert ends == {(name, 0): 5, (name, 1): 2}  # each commit marker takes an offset
+        assert last_stable_offsets(admin, []) == {}
+    finally:
+        admin.delete_topics([name])[name].result()
