@@ -239,10 +239,13 @@ def _compaction(health: TableHealth, policy: MaintenancePolicy) -> Candidate | N
         del options[DANGLING_DELETES_OPTION]
     if deleted:
         options["delete-ratio-threshold"] = str(policy.compact_delete_ratio)
-    if health.equality_delete_files:
+    if health.equality_delete_files and deleted:
         # Iceberg's delete ratio counts only deletes scoped to one file (position deletes,
         # deletion vectors), so a file that equality deletes (the writer's upsert path)
-        # make stale would never qualify: rewrite every file that has any to apply.
+        # make stale would never qualify: rewrite every file that has any to apply. Only
+        # for the delete-ratio trigger: equality deletes reach every older file, so this
+        # rewrites the whole partition, and a rewrite for small files alone (the base file
+        # left as it is, its deletes still applying to it) costs a fraction of that.
         options[EQUALITY_DELETES_OPTION] = "1"
     return Candidate(
         table=health.table,

@@ -226,3 +226,18 @@ def test_equality_deletes_make_every_file_they_touch_a_compaction_input() -> Non
     assert candidate.options["delete-file-threshold"] == "1"
     assert candidate.options["remove-dangling-deletes"] == "true"
     assert "delete-file-threshold" not in plain[MaintenanceAction.COMPACT_DATA_FILES].options
+
+
+def test_small_files_with_equality_deletes_below_the_ratio_rewrite_only_the_small_files() -> None:
+    """Every file older than an equality delete is touched by it, so the file threshold
+    would rewrite the whole partition; below the delete ratio only small files are due."""
+    figures = {"data_files": 150, "small_files": 150, "data_records": 100_000}
+    few = part(**figures, delete_records=1_000, equality_delete_files=100)
+    many = part(**figures, delete_records=60_000, equality_delete_files=100)
+    small = actions(health(few, format_version=3))[MaintenanceAction.COMPACT_DATA_FILES]
+    both = actions(health(many, format_version=3))[MaintenanceAction.COMPACT_DATA_FILES]
+    assert small.policy == "small-files"
+    assert "delete-file-threshold" not in small.options
+    # Their deletes still apply to the base file: the dangling removal stays on.
+    assert small.options["remove-dangling-deletes"] == "true"
+    assert both.options["delete-file-threshold"] == "1"
