@@ -116,6 +116,7 @@ class MaintainerMetrics:
 
     actions: Counter
     duration: Histogram
+    catch_up_waits: Counter
 
     @classmethod
     def create(
@@ -138,6 +139,13 @@ class MaintainerMetrics:
                 "Wall time of maintenance actions, by action.",
                 ["action"],
                 buckets=DURATION_BUCKETS,
+                registry=registry,
+            ),
+            catch_up_waits=Counter(
+                "icefjord_maintenance_catch_up_waits_total",
+                "Times a table's rewrites began to wait for the writer to catch up "
+                "(services/maintainer/catchup.py).",
+                ["table"],
                 registry=registry,
             ),
         )

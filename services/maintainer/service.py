@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
+from services.maintainer.catchup import WriterLag, hold_reason, writer_lag
 from services.maintainer.config import MaintainerSettings
 from services.maintainer.execute import MaintenanceExecutor, SparkProcedureRunner
 from services.maintainer.health import TableHealth, TableInspection, apply_commit, compute_health
@@ -207,6 +208,7 @@ class MaintainerService:
         self._metrics = metrics
         self._clock = clock
         self._limits: PlannerLimits = settings.planner.limits()
+        self._catch_up = settings.catch_up_rule()
         self._board = board
         self._planner = PlannerState()
         self._last_run: dict[tuple[str, MaintenanceAction], int] = {}
@@ -219,6 +221,10 @@ class MaintainerService:
         """The writer's last commit durations per table (``CommitDone.duration_ms``)."""
         self._commit_seen_ms: dict[str, int] = {}
         """When this process last saw a CommitDone per table (its own clock)."""
+        self._lag: dict[str, WriterLag] = {}
+        """How far behind the writer's last commit per table was (``catchup.py``)."""
+        self._waiting_since_ms: dict[str, int] = {}
+        """Since when each table's rewrites wait for the writer to catch up."""
         self.results: list[MaintenanceResult] = []
         """Results of this process, newest last (bounded; for tests and the benchmark)."""
 
@@ -283,6 +289,9 @@ class MaintainerService:
         recent = self._commit_s.setdefault(table, deque(maxlen=RECENT_COMMITS))
         recent.append(commit.duration_ms / 1000)
         self._commit_seen_ms[table] = self._now_ms()
+        lag = writer_lag(commit, self._commit_seen_ms[table])
+        if lag is not None:
+            self._lag[table] = lag
         health = self._board.get(table)
         if health is None:
             self._wanted.add(table)
@@ -367,6 +376,7 @@ class MaintainerService:
             candidates.extend(
                 c for c in found if self._skipped.get((table, c.action)) != _version(health)
             )
+        candidates = self._catching_up(candidates, now_ms)
         if not candidates:
             return None
         self._planner = self._planner.pruned(now_ms, int(self._limits.window_s * 1000))
@@ -380,6 +390,37 @@ class MaintainerService:
             return None
         chosen = outcome.admitted[0]
         return self.run_request(chosen.to_request(str(uuid.uuid4())), announce=True)
+
+    def _catching_up(self, candidates: list[Candidate], now_ms: int) -> list[Candidate]:
+        """``candidates`` without the rewrites that wait for the writer to catch up
+        (``catchup.py``); logs when a table's rewrites begin and stop waiting."""
+        kept: list[Candidate] = []
+        waiting: dict[str, str] = {}
+        for candidate in candidates:
+            why = hold_reason(
+                candidate,
+                self._lag.get(candidate.table),
+                self._waiting_since_ms.get(candidate.table),
+                self._catch_up,
+                now_ms,
+                int(WRITER_IDLE_S * 1000),
+            )
+            if why is None:
+                kept.append(candidate)
+            else:
+                waiting.setdefault(candidate.table, why)
+        for table, why in waiting.items():
+            if table not in self._waiting_since_ms:
+                self._waiting_since_ms[table] = now_ms
+                self._metrics.catch_up_waits.labels(table=table).inc()
+                log.info("maintenance waits for the writer", extra={"table": table, "why": why})
+        for table in set(self._waiting_since_ms) - set(waiting):
+            waited_s = (now_ms - self._waiting_since_ms.pop(table)) / 1000
+            log.info(
+                "maintenance stops waiting for the writer",
+                extra={"table": table, "waited_s": round(waited_s, 1)},
+            )
+        return kept
 
     def run_request(self, request: MaintenanceRequest, *, announce: bool) -> MaintenanceResult:
         """Execute ``request`` (publishing it first when ``announce``), publish its result.

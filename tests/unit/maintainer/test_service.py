@@ -155,8 +155,14 @@ def make(
 
 
 def commit_done(
-    snapshot_id: int, clock: Clock, files: int = 10, duration_ms: int = 1
+    snapshot_id: int,
+    clock: Clock,
+    files: int = 10,
+    duration_ms: int = 1,
+    lag_s: float | None = None,
 ) -> ControlEvent:
+    """A writer commit now; ``lag_s``: its newest change was that old (None: no watermark)."""
+    committed_ms = int(clock() * 1000)
     commit = CommitDone(
         table=TABLE,
         commit_id=str(snapshot_id),
@@ -169,10 +175,11 @@ def commit_done(
         data_files_added=files,
         delete_files_added=0,
         bytes_added=1,
-        committed_at_ms=int(clock() * 1000),
+        watermark_ms=None if lag_s is None else committed_ms - int(lag_s * 1000),
+        committed_at_ms=committed_ms,
         duration_ms=duration_ms,
     )
-    return ControlEvent.new(TABLE, commit, "writer", now_ms=int(clock() * 1000))
+    return ControlEvent.new(TABLE, commit, "writer", now_ms=committed_ms)
 
 
 def operator(
@@ -454,3 +461,77 @@ def test_a_quiet_writer_has_no_commit_in_flight_to_wait_for() -> None:
     source.batches.append([operator(action=MaintenanceAction.COMPACT_DATA_FILES)])
     service.step()
     assert executor.writer_commit_s == [0.0]
+
+
+def _compactions(publisher: FakePublisher) -> int:
+    return sum(
+        1
+        for e in publisher.sent
+        if isinstance(e.payload, MaintenanceRequest)
+        and e.payload.action is MaintenanceAction.COMPACT_DATA_FILES
+    )
+
+
+def _waits(registry: CollectorRegistry) -> float | None:
+    return registry.get_sample_value("icefjord_maintenance_catch_up_waits_total", {"table": TABLE})
+
+
+def test_compaction_waits_while_the_writer_is_behind_and_runs_once_it_caught_up() -> None:
+    service, source, publisher, tables, clock, registry = make()
+    tables.files = 150  # pressure 1.5: due, well under the catch-up limit of 3
+    source.batches.append([commit_done(1, clock, files=1, lag_s=45)])
+    service.step()
+    clock.now += 30
+    source.batches.append([commit_done(2, clock, files=1, lag_s=40)])
+    service.step()
+    assert _compactions(publisher) == 0
+    assert _waits(registry) == 1  # counted once per wait, not per step
+    clock.now += 5
+    source.batches.append([commit_done(3, clock, files=1, lag_s=2)])
+    service.step()
+    assert _compactions(publisher) == 1
+
+
+def test_a_writer_that_stays_behind_gets_the_compaction_after_the_longest_wait() -> None:
+    service, source, publisher, tables, clock, _ = make(catch_up_max_wait_s=120)
+    tables.files = 150
+    for n in range(6):  # a commit every 20 s, each 50 s behind
+        source.batches.append([commit_done(n + 1, clock, files=1, lag_s=50)])
+        service.step()
+        clock.now += 20
+    assert _compactions(publisher) == 0  # 100 s of waiting
+    source.batches.append([commit_done(7, clock, files=1, lag_s=50)])
+    service.step()  # 120 s
+    assert _compactions(publisher) == 1
+
+
+def test_a_table_far_over_its_trigger_is_compacted_even_while_the_writer_is_behind() -> None:
+    service, source, publisher, tables, clock, _ = make()
+    tables.files = 300  # pressure 3.0
+    source.batches.append([commit_done(1, clock, files=1, lag_s=90)])
+    service.step()
+    assert _compactions(publisher) == 1
+
+
+def test_a_writer_that_stopped_committing_holds_nothing_back() -> None:
+    service, source, publisher, tables, clock, _ = make()
+    tables.files = 150
+    source.batches.append([commit_done(1, clock, files=1, lag_s=90)])
+    service.step()
+    assert _compactions(publisher) == 0
+    clock.now += 61  # no commit since: nothing is catching up
+    service.step()
+    assert _compactions(publisher) == 1
+
+
+def test_catch_up_off_and_operator_requests_never_wait() -> None:
+    service, source, publisher, tables, clock, _ = make(catch_up_lag_s=0)
+    tables.files = 150
+    source.batches.append([commit_done(1, clock, files=1, lag_s=90)])
+    service.step()
+    assert _compactions(publisher) == 1
+    service, source, publisher, tables, clock, _ = make()
+    source.batches.append([commit_done(1, clock, files=1, lag_s=90), operator()])
+    service.step()
+    assert _compactions(publisher) == 0  # the operator's request ran; it was not ours
+    assert [type(e.payload).__name__ for e in publisher.sent] == ["MaintenanceResult"]
