@@ -118,11 +118,13 @@ class MaintainerSettings(ServiceSettings):
         "it is skipped. 0 (not below the process's own nice): off.",
     )
     catch_up_lag_s: float = Field(
-        default=30.0,
+        default=0.0,
         ge=0,
         description="While the writer's last commit to a table applied changes older than "
         "this (it is behind), the table's rewrites wait, so they neither take its CPU nor "
-        "hold its commits under the lease (services/maintainer/catchup.py); 0: never wait.",
+        "hold its commits under the lease (services/maintainer/catchup.py); 0 (the "
+        "default): never wait. Off by default: the waiting rewrites run once the writer "
+        "has caught up, bigger and under longer leases, so the work only moves later.",
     )
     catch_up_max_pressure: float = Field(
         default=3.0,

@@ -477,7 +477,7 @@ def _waits(registry: CollectorRegistry) -> float | None:
 
 
 def test_compaction_waits_while_the_writer_is_behind_and_runs_once_it_caught_up() -> None:
-    service, source, publisher, tables, clock, registry = make()
+    service, source, publisher, tables, clock, registry = make(catch_up_lag_s=30)
     tables.files = 150  # pressure 1.5: due, well under the catch-up limit of 3
     source.batches.append([commit_done(1, clock, files=1, lag_s=45)])
     service.step()
@@ -493,7 +493,7 @@ def test_compaction_waits_while_the_writer_is_behind_and_runs_once_it_caught_up(
 
 
 def test_a_writer_that_stays_behind_gets_the_compaction_after_the_longest_wait() -> None:
-    service, source, publisher, tables, clock, _ = make(catch_up_max_wait_s=120)
+    service, source, publisher, tables, clock, _ = make(catch_up_lag_s=30, catch_up_max_wait_s=120)
     tables.files = 150
     for n in range(6):  # a commit every 20 s, each 50 s behind
         source.batches.append([commit_done(n + 1, clock, files=1, lag_s=50)])
@@ -506,7 +506,7 @@ def test_a_writer_that_stays_behind_gets_the_compaction_after_the_longest_wait()
 
 
 def test_a_table_far_over_its_trigger_is_compacted_even_while_the_writer_is_behind() -> None:
-    service, source, publisher, tables, clock, _ = make()
+    service, source, publisher, tables, clock, _ = make(catch_up_lag_s=30)
     tables.files = 300  # pressure 3.0
     source.batches.append([commit_done(1, clock, files=1, lag_s=90)])
     service.step()
@@ -514,7 +514,7 @@ def test_a_table_far_over_its_trigger_is_compacted_even_while_the_writer_is_behi
 
 
 def test_a_writer_that_stopped_committing_holds_nothing_back() -> None:
-    service, source, publisher, tables, clock, _ = make()
+    service, source, publisher, tables, clock, _ = make(catch_up_lag_s=30)
     tables.files = 150
     source.batches.append([commit_done(1, clock, files=1, lag_s=90)])
     service.step()
@@ -524,13 +524,13 @@ def test_a_writer_that_stopped_committing_holds_nothing_back() -> None:
     assert _compactions(publisher) == 1
 
 
-def test_catch_up_off_and_operator_requests_never_wait() -> None:
-    service, source, publisher, tables, clock, _ = make(catch_up_lag_s=0)
+def test_catch_up_off_by_default_and_operator_requests_never_wait() -> None:
+    service, source, publisher, tables, clock, _ = make()
     tables.files = 150
     source.batches.append([commit_done(1, clock, files=1, lag_s=90)])
     service.step()
     assert _compactions(publisher) == 1
-    service, source, publisher, tables, clock, _ = make()
+    service, source, publisher, tables, clock, _ = make(catch_up_lag_s=30)
     source.batches.append([commit_done(1, clock, files=1, lag_s=90), operator()])
     service.step()
     assert _compactions(publisher) == 0  # the operator's request ran; it was not ours
