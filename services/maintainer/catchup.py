@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from services.maintainer.policy import Candidate
 from shared.events import CommitDone, MaintenanceAction
 
-__all__ = ["REWRITES", "CatchUpRule", "WriterLag", "hold_reason", "writer_lag"]
+__all__ = ["REWRITES", "CatchUpRule", "hold_reason", "writer_lag_ms"]
 
 REWRITES = frozenset(
     {MaintenanceAction.COMPACT_DATA_FILES, MaintenanceAction.REWRITE_POSITION_DELETES}
@@ -36,8 +36,10 @@ REWRITES = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class CatchUpRule:
-    """When a rewrite waits: writer lag over ``lag_s`` (0: never), for at most ``max_wait_s``
-    and only below ``max_pressure`` (the candidate's figure over its trigger)."""
+    """When a rewrite waits: writer lag over ``lag_s`` (0, the default: never), for at most
+    ``max_wait_s`` and only below ``max_pressure`` (the candidate's figure over its trigger:
+    3.0 is three times the small-file count or delete ratio). The maintainer's settings
+    ``CATCH_UP__LAG_S``, ``CATCH_UP__MAX_PRESSURE``, ``CATCH_UP__MAX_WAIT_S``."""
 
     lag_s: float = 0.0
     max_pressure: float = 3.0
@@ -50,47 +52,36 @@ class CatchUpRule:
             raise ValueError(f"max_pressure must be at least 1, got {self.max_pressure}")
 
 
-@dataclass(frozen=True, slots=True)
-class WriterLag:
-    """How far behind the writer's last commit to a table was (``lag_ms``), and when the
-    maintainer saw it (``seen_ms``, its own clock)."""
-
-    lag_ms: int
-    seen_ms: int
-
-
-def writer_lag(commit: CommitDone, seen_ms: int) -> WriterLag | None:
-    """The lag ``commit`` reports; None when it carried no source time (no watermark)."""
+def writer_lag_ms(commit: CommitDone) -> int | None:
+    """How far behind ``commit`` says the writer is; None when it carried no source time."""
     if commit.watermark_ms is None:
         return None
-    return WriterLag(max(0, commit.committed_at_ms - commit.watermark_ms), seen_ms)
+    return max(0, commit.committed_at_ms - commit.watermark_ms)
 
 
 def hold_reason(
     candidate: Candidate,
-    lag: WriterLag | None,
+    lag_ms: int | None,
     waiting_since_ms: int | None,
     rule: CatchUpRule,
     now_ms: int,
-    writer_idle_ms: int,
 ) -> str | None:
     """Why ``candidate`` waits now, or None when it may run.
 
-    ``lag`` is the writer's last reported lag on the table (None: unknown), ``waiting_since_ms``
-    when the table's rewrites began to wait (None: they are not waiting). A lag older than
-    ``writer_idle_ms`` counts for nothing: the writer has stopped committing to the table,
-    so there is nothing to catch up with the CPU.
+    ``lag_ms`` is the writer's last reported lag on the table (None: unknown, or the writer
+    has stopped committing to it, so there is nothing to catch up with the CPU);
+    ``waiting_since_ms`` when the table's rewrites began to wait (None: they are not).
     """
-    if rule.lag_s <= 0 or candidate.action not in REWRITES or lag is None:
+    if rule.lag_s <= 0 or candidate.action not in REWRITES or lag_ms is None:
         return None
-    if now_ms - lag.seen_ms > writer_idle_ms or lag.lag_ms < rule.lag_s * 1000:
+    if lag_ms < rule.lag_s * 1000:
         return None
     if candidate.pressure >= rule.max_pressure:
         return None
     if waiting_since_ms is not None and now_ms - waiting_since_ms >= rule.max_wait_s * 1000:
         return None
     return (
-        f"the writer is {lag.lag_ms / 1000:.0f} s behind on the table (over "
+        f"the writer is {lag_ms / 1000:.0f} s behind on the table (over "
         f"{rule.lag_s:g} s): the rewrite waits until it catches up, at most "
         f"{rule.max_wait_s:g} s or until pressure {rule.max_pressure:g} "
         f"(now {candidate.pressure:.2f})"

@@ -117,25 +117,10 @@ class MaintainerSettings(ServiceSettings):
         "machine (services/maintainer/priority.py); needs CAP_SYS_NICE or RLIMIT_NICE, else "
         "it is skipped. 0 (not below the process's own nice): off.",
     )
-    catch_up_lag_s: float = Field(
-        default=0.0,
-        ge=0,
-        description="While the writer's last commit to a table applied changes older than "
-        "this (it is behind), the table's rewrites wait, so they neither take its CPU nor "
-        "hold its commits under the lease (services/maintainer/catchup.py); 0 (the "
-        "default): never wait. Off by default: the waiting rewrites run once the writer "
-        "has caught up, bigger and under longer leases, so the work only moves later.",
-    )
-    catch_up_max_pressure: float = Field(
-        default=3.0,
-        ge=1,
-        description="A rewrite this far over its trigger (3.0: three times the small-file "
-        "count or delete ratio) runs even while the writer is behind.",
-    )
-    catch_up_max_wait_s: float = Field(
-        default=300.0,
-        ge=0,
-        description="Longest a table's rewrites wait for the writer to catch up.",
+    catch_up: CatchUpRule = Field(
+        default_factory=CatchUpRule,
+        description="When rewrites wait for the writer to catch up (services/maintainer/"
+        "catchup.py); off by default (lag_s 0).",
     )
     orphan_floor_s: float = Field(
         default=3600.0,
@@ -202,14 +187,6 @@ class MaintainerSettings(ServiceSettings):
         if not overrides:
             return self.policy
         return _POLICY.validate_python({**dataclasses.asdict(self.policy), **overrides})
-
-    def catch_up_rule(self) -> CatchUpRule:
-        """When rewrites wait for the writer (``catch_up_*``)."""
-        return CatchUpRule(
-            lag_s=self.catch_up_lag_s,
-            max_pressure=self.catch_up_max_pressure,
-            max_wait_s=self.catch_up_max_wait_s,
-        )
 
     def control_topic_request(self) -> TopicRequest:
         """The control topic as the contracts' topic catalog specifies it."""

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
-from services.maintainer.catchup import WriterLag, hold_reason, writer_lag
+from services.maintainer.catchup import hold_reason, writer_lag_ms
 from services.maintainer.config import MaintainerSettings
 from services.maintainer.execute import MaintenanceExecutor, SparkProcedureRunner
 from services.maintainer.health import TableHealth, TableInspection, apply_commit, compute_health
@@ -208,7 +208,7 @@ class MaintainerService:
         self._metrics = metrics
         self._clock = clock
         self._limits: PlannerLimits = settings.planner.limits()
-        self._catch_up = settings.catch_up_rule()
+        self._catch_up = settings.catch_up
         self._board = board
         self._planner = PlannerState()
         self._last_run: dict[tuple[str, MaintenanceAction], int] = {}
@@ -221,7 +221,7 @@ class MaintainerService:
         """The writer's last commit durations per table (``CommitDone.duration_ms``)."""
         self._commit_seen_ms: dict[str, int] = {}
         """When this process last saw a CommitDone per table (its own clock)."""
-        self._lag: dict[str, WriterLag] = {}
+        self._lag_ms: dict[str, int] = {}
         """How far behind the writer's last commit per table was (``catchup.py``)."""
         self._waiting_since_ms: dict[str, int] = {}
         """Since when each table's rewrites wait for the writer to catch up."""
@@ -252,9 +252,12 @@ class MaintainerService:
         recent = self._commit_s.get(table)
         if not recent:
             return None
-        if self._now_ms() - self._commit_seen_ms[table] > WRITER_IDLE_S * 1000:
-            return 0.0
-        return max(recent)
+        return 0.0 if self._writer_idle(table, self._now_ms()) else max(recent)
+
+    def _writer_idle(self, table: str, now_ms: int) -> bool:
+        """No CommitDone for ``table`` for :data:`WRITER_IDLE_S` (or none seen at all)."""
+        seen_ms = self._commit_seen_ms.get(table)
+        return seen_ms is None or now_ms - seen_ms > WRITER_IDLE_S * 1000
 
     # -- events ------------------------------------------------------------------------
 
@@ -289,9 +292,9 @@ class MaintainerService:
         recent = self._commit_s.setdefault(table, deque(maxlen=RECENT_COMMITS))
         recent.append(commit.duration_ms / 1000)
         self._commit_seen_ms[table] = self._now_ms()
-        lag = writer_lag(commit, self._commit_seen_ms[table])
-        if lag is not None:
-            self._lag[table] = lag
+        lag_ms = writer_lag_ms(commit)
+        if lag_ms is not None:
+            self._lag_ms[table] = lag_ms
         health = self._board.get(table)
         if health is None:
             self._wanted.add(table)
@@ -397,13 +400,10 @@ class MaintainerService:
         kept: list[Candidate] = []
         waiting: dict[str, str] = {}
         for candidate in candidates:
+            table = candidate.table
+            lag_ms = None if self._writer_idle(table, now_ms) else self._lag_ms.get(table)
             why = hold_reason(
-                candidate,
-                self._lag.get(candidate.table),
-                self._waiting_since_ms.get(candidate.table),
-                self._catch_up,
-                now_ms,
-                int(WRITER_IDLE_S * 1000),
+                candidate, lag_ms, self._waiting_since_ms.get(table), self._catch_up, now_ms
             )
             if why is None:
                 kept.append(candidate)

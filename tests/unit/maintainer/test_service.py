@@ -8,6 +8,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from services.maintainer.__main__ import EXIT_BAD_SETTINGS, main
+from services.maintainer.catchup import CatchUpRule
 from services.maintainer.config import MaintainerSettings
 from services.maintainer.execute import MaintenanceExecutor
 from services.maintainer.health import FileContent, FileStats, PartitionField, TableInspection
@@ -401,7 +402,9 @@ def test_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ICEFJORD_MAINTAINER_POLICY__COMPACT_MIN_SMALL_FILES", "40")
     monkeypatch.setenv("ICEFJORD_MAINTAINER_TABLES", '{"shop.orders": {"manifests_max": 7}}')
     monkeypatch.setenv("ICEFJORD_MAINTAINER_PLANNER__MAX_BUSY_FRACTION", "0.25")
+    monkeypatch.setenv("ICEFJORD_MAINTAINER_CATCH_UP__LAG_S", "30")
     settings = MaintainerSettings()
+    assert defaults.catch_up.lag_s == 0 and settings.catch_up == CatchUpRule(lag_s=30)
     assert settings.policy_for("shop.orders").manifests_max == 7
     assert settings.policy_for("shop.orders").compact_min_small_files == 40
     assert settings.policy_for("shop.other").manifests_max == 100
@@ -415,6 +418,7 @@ def test_settings(monkeypatch: pytest.MonkeyPatch) -> None:
         ("ICEFJORD_MAINTAINER_TABLES", '{"a.b": {"nope": 1}}', "tables"),
         ("ICEFJORD_MAINTAINER_TABLES", '{"a.b": {"manifests_max": 0}}', "tables"),
         ("ICEFJORD_MAINTAINER_POLICY__COMPACT_DELETE_RATIO", "2", "policy"),
+        ("ICEFJORD_MAINTAINER_CATCH_UP__MAX_PRESSURE", "0.5", "catch_up"),
         ("ICEFJORD_MAINTAINER_INCLUDE", "([unclosed", "include"),
     ],
 )
@@ -477,7 +481,7 @@ def _waits(registry: CollectorRegistry) -> float | None:
 
 
 def test_compaction_waits_while_the_writer_is_behind_and_runs_once_it_caught_up() -> None:
-    service, source, publisher, tables, clock, registry = make(catch_up_lag_s=30)
+    service, source, publisher, tables, clock, registry = make(catch_up=CatchUpRule(lag_s=30))
     tables.files = 150  # pressure 1.5: due, well under the catch-up limit of 3
     source.batches.append([commit_done(1, clock, files=1, lag_s=45)])
     service.step()
@@ -493,7 +497,9 @@ def test_compaction_waits_while_the_writer_is_behind_and_runs_once_it_caught_up(
 
 
 def test_a_writer_that_stays_behind_gets_the_compaction_after_the_longest_wait() -> None:
-    service, source, publisher, tables, clock, _ = make(catch_up_lag_s=30, catch_up_max_wait_s=120)
+    service, source, publisher, tables, clock, _ = make(
+        catch_up=CatchUpRule(lag_s=30, max_wait_s=120)
+    )
     tables.files = 150
     for n in range(6):  # a commit every 20 s, each 50 s behind
         source.batches.append([commit_done(n + 1, clock, files=1, lag_s=50)])
@@ -506,7 +512,7 @@ def test_a_writer_that_stays_behind_gets_the_compaction_after_the_longest_wait()
 
 
 def test_a_table_far_over_its_trigger_is_compacted_even_while_the_writer_is_behind() -> None:
-    service, source, publisher, tables, clock, _ = make(catch_up_lag_s=30)
+    service, source, publisher, tables, clock, _ = make(catch_up=CatchUpRule(lag_s=30))
     tables.files = 300  # pressure 3.0
     source.batches.append([commit_done(1, clock, files=1, lag_s=90)])
     service.step()
@@ -514,7 +520,7 @@ def test_a_table_far_over_its_trigger_is_compacted_even_while_the_writer_is_behi
 
 
 def test_a_writer_that_stopped_committing_holds_nothing_back() -> None:
-    service, source, publisher, tables, clock, _ = make(catch_up_lag_s=30)
+    service, source, publisher, tables, clock, _ = make(catch_up=CatchUpRule(lag_s=30))
     tables.files = 150
     source.batches.append([commit_done(1, clock, files=1, lag_s=90)])
     service.step()
@@ -530,7 +536,7 @@ def test_catch_up_off_by_default_and_operator_requests_never_wait() -> None:
     source.batches.append([commit_done(1, clock, files=1, lag_s=90)])
     service.step()
     assert _compactions(publisher) == 1
-    service, source, publisher, tables, clock, _ = make(catch_up_lag_s=30)
+    service, source, publisher, tables, clock, _ = make(catch_up=CatchUpRule(lag_s=30))
     source.batches.append([commit_done(1, clock, files=1, lag_s=90), operator()])
     service.step()
     assert _compactions(publisher) == 0  # the operator's request ran; it was not ours
