@@ -10,12 +10,13 @@ capture streams only what happens after the copy:
 2. Capture starts (``start_capture``): the connector creates its replication slot and
    snapshots at most one row per table (:func:`snapshot_overrides`), which gives the
    normalizer the table's schema and the writer its Iceberg table.
-3. Once the slot has its consistent point, one REPEATABLE READ transaction copies every
-   table (:func:`icefjord.bulk.postgres.copy_table`). The slot came first, so each change the
+3. Once the slot has its consistent point, every table is copied from one REPEATABLE READ
+   snapshot, several tables at once on connections that share it
+   (:func:`icefjord.bulk.postgres.copy_tables`). The slot came first, so each change the
    copy misses is in the stream; a change it already holds is applied again over it, which
    leaves the same row (the copy's rows carry the lowest position).
 4. ``BulkLoad READY`` with the Parquet files, as soon as each table's copy is written: the
-   writer appends it as one snapshot (while the next table is copied), records the load id
+   writer appends it as one snapshot (while other tables are copied), records the load id
    in its summary, then applies the held changes.
 
 A copy that fails publishes ``ABANDONED`` for every table not READY yet, so no table stays
@@ -33,7 +34,7 @@ from typing import Any
 
 import psycopg
 
-from icefjord.bulk.postgres import CopiedTable, copy_table, quote_ident
+from icefjord.bulk.postgres import COPY_WORKERS, CopiedTable, copy_tables, quote_ident
 from shared.control import ControlPublisher
 from shared.events import BulkLoad, BulkLoadStatus, ControlEvent
 
@@ -94,12 +95,14 @@ def bulk_load(
     start_capture: Callable[[], Any],
     *,
     slot_timeout_s: float = 120.0,
+    workers: int = COPY_WORKERS,
     progress: Callable[[str], None] = lambda message: None,
 ) -> BulkLoadResult:
     """Load ``tables`` (source table -> Iceberg ``<namespace>.<table>``) of ``schema``; see
     the module's description. ``start_capture`` registers the connector, configured with
     :func:`snapshot_overrides` and ``slot``. The files go to ``out_dir/<load id>``, which
-    the writer must be able to read; it removes each file once committed."""
+    the writer must be able to read; it removes each file once committed. Up to ``workers``
+    tables are copied at once (:func:`copy_tables`)."""
     load_id = uuid.uuid4().hex
     for name in tables.values():
         _publish(
@@ -109,6 +112,7 @@ def bulk_load(
             ),
         )
     publisher.flush()
+    copies: list[CopiedTable] = []
     try:
         started = time.monotonic()
         start_capture()
@@ -116,35 +120,31 @@ def bulk_load(
         slot_wait = time.monotonic() - started
         progress(f"slot {slot} ready after {slot_wait:.1f} s; copying {len(tables)} tables")
         began = time.monotonic()
-        copies: list[CopiedTable] = []
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-            snapshot_ms = int(time.time() * 1000)
-            try:
-                for table in tables:
-                    copy = copy_table(conn, schema, table, out_dir / load_id)
-                    copies.append(copy)
-                    # Ready at once: the writer appends this table while the next is copied.
-                    _publish(
-                        publisher,
-                        BulkLoad(
-                            load_id=load_id,
-                            table=tables[table],
-                            status=BulkLoadStatus.READY,
-                            files=copy.files,
-                            rows=copy.rows,
-                            snapshot_ts_ms=snapshot_ms,
-                            requested_by=PRODUCER,
-                        ),
-                    )
-                    publisher.flush()
-            finally:
-                conn.execute("COMMIT")
+        snapshot_ms = int(time.time() * 1000)
+
+        def copied(copy: CopiedTable) -> None:
+            # Ready at once: the writer appends this table while the others are copied.
+            copies.append(copy)
+            _publish(
+                publisher,
+                BulkLoad(
+                    load_id=load_id,
+                    table=tables[copy.table],
+                    status=BulkLoadStatus.READY,
+                    files=copy.files,
+                    rows=copy.rows,
+                    snapshot_ts_ms=snapshot_ms,
+                    requested_by=PRODUCER,
+                ),
+            )
+            publisher.flush()
+
+        copy_tables(conninfo, schema, list(tables), out_dir / load_id, copied, workers=workers)
         copy_s = time.monotonic() - began
     except BaseException as exc:
-        ready = {tables[c.table] for c in copies}
+        done = {tables[c.table] for c in copies}
         for name in tables.values():
-            if name in ready:
+            if name in done:
                 continue
             _publish(
                 publisher,

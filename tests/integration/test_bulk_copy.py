@@ -33,6 +33,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import NestedField
 
 from icefjord.bulk import CopiedTable, UnsupportedColumn, copy_table
+from icefjord.bulk.postgres import copy_tables, snapshot_connections
 from icefjord.demo.envelopes import encode_value, field_schema
 from icefjord.demo.model import Column, EnumType, Kind, TableDef, create_enum_sql, create_table_sql
 from icefjord.demo.plan import ValueFactory
@@ -252,12 +253,19 @@ def _adapt(column: Column, value: Any) -> Any:
 
 
 def load(conninfo: str, schema: str, table: TableDef, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Create ``table`` (and its enum types) and COPY ``rows`` into it."""
+    """Create ``table`` (and its enum types, unless an earlier table created them) and COPY
+    ``rows`` into it."""
     enums = {c.enum for c in table.columns if c.enum is not None}
     names = ", ".join(c.name for c in table.columns)
     with psycopg.connect(conninfo, autocommit=True) as conn:
         for enum in enums:
-            conn.execute(create_enum_sql(schema, enum))
+            exists = conn.execute(
+                "SELECT 1 FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace"
+                " WHERE n.nspname = %s AND t.typname = %s",
+                (schema, enum.name),
+            ).fetchone()
+            if exists is None:
+                conn.execute(create_enum_sql(schema, enum))
         for statement in create_table_sql(schema, table):
             conn.execute(statement)
         with (
@@ -394,6 +402,63 @@ def test_tables_copied_in_one_transaction_share_its_snapshot(conninfo: str, sche
         assert len({*one.files, *two.files}) == 2
     finally:
         shutil.rmtree(out, ignore_errors=True)
+
+
+def test_connections_share_the_first_ones_snapshot(conninfo: str, schema: str) -> None:
+    table = TableDef("counted", (Column("id", Kind.BIGINT, nullable=False),), ("id",))
+    load(conninfo, schema, table, [{"id": 1}])
+    with snapshot_connections(conninfo, 3) as connections:
+        with psycopg.connect(conninfo, autocommit=True) as other:
+            other.execute(f"INSERT INTO {schema}.counted VALUES (2)")
+        # The two importers have not read anything yet: on their own snapshots they would
+        # see the row committed after the first one's.
+        seen = [c.execute(f"SELECT count(*) FROM {schema}.counted").fetchone() for c in connections]
+        assert seen == [(1,), (1,), (1,)]
+        assert len({c.info.backend_pid for c in connections}) == 3
+    with psycopg.connect(conninfo) as conn:
+        assert conn.execute(f"SELECT count(*) FROM {schema}.counted").fetchone() == (2,)
+
+
+def test_copies_in_parallel_equal_one_by_one(conninfo: str, schema: str) -> None:
+    names = ("small", "large", "middle")
+    for name, count in zip(names, (10, 3000, 700), strict=True):
+        table = TableDef(name, EVERY_KIND.columns, ("id",))
+        load(conninfo, schema, table, generated_rows(count, seed=count))
+    out = Path(tempfile.mkdtemp(prefix="icefjord-bulk-"))
+    try:
+        announced: list[str] = []
+        parallel = copy_tables(
+            conninfo, schema, names, out / "parallel", lambda c: announced.append(c.table)
+        )
+        alone = copy_tables(conninfo, schema, names, out / "alone", lambda c: None, workers=1)
+        assert [c.table for c in alone] == ["large", "middle", "small"]  # largest first
+        assert sorted(announced) == sorted(names)
+        assert announced == [c.table for c in parallel]
+        by_table = {c.table: c for c in alone}
+        for copy in parallel:
+            assert copy.rows == by_table[copy.table].rows
+            assert read_copied(copy).equals(read_copied(by_table[copy.table]))
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def test_a_failing_copy_is_raised_and_the_rest_still_announced(
+    conninfo: str, schema: str, tmp_path: Path
+) -> None:
+    load(conninfo, schema, TableDef("fine", EVERY_KIND.columns, ("id",)), generated_rows(50, 3))
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {schema}.odd (id bigint PRIMARY KEY, at interval)")
+    announced: list[str] = []
+    with pytest.raises(UnsupportedColumn, match=r"odd\.at: type 'interval'"):
+        copy_tables(
+            conninfo,
+            schema,
+            ["odd", "fine"],
+            tmp_path,
+            lambda c: announced.append(c.table),
+            workers=1,  # largest first: "fine" is copied before "odd" fails
+        )
+    assert announced == ["fine"]
 
 
 def test_an_empty_table_gives_no_files(conninfo: str, schema: str, tmp_path: Path) -> None:
