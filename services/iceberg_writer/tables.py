@@ -293,6 +293,7 @@ class TableStore:
         self._catalog_name = catalog_name
         self.metadata = metadata
         self._configs = configs
+        self._namespaces: set[str] = set()  # created (or found) by this store
 
     def sql_name(self, table: str) -> str:
         namespace, _, name = table.partition(".")
@@ -304,15 +305,24 @@ class TableStore:
         except NoSuchTableError:
             return None
 
-    def create(self, table: str, change_schema: Mapping[str, Any], schema_id: int) -> Table:
-        """Create ``table`` from a change-record schema (no-op if it exists); return it."""
+    def create(
+        self,
+        table: str,
+        change_schema: Mapping[str, Any],
+        schema_id: int,
+        properties: Mapping[str, str] | None = None,
+    ) -> Table:
+        """Create ``table`` from a change-record schema, with ``properties`` over the defaults
+        and the table's configured ones (no-op if it exists); return it."""
         schema, keys = table_schema(change_schema, self.metadata)
         namespace = table.partition(".")[0]
-        self._spark.sql(
-            f"CREATE NAMESPACE IF NOT EXISTS {quote(self._catalog_name)}.{quote(namespace)}"
-        )
+        if namespace not in self._namespaces:
+            self._spark.sql(
+                f"CREATE NAMESPACE IF NOT EXISTS {quote(self._catalog_name)}.{quote(namespace)}"
+            )
+            self._namespaces.add(namespace)
         config = self._configs.get(table, TableConfig())
-        properties = {**DEFAULT_PROPERTIES, **(config.properties or {})}
+        properties = {**DEFAULT_PROPERTIES, **(config.properties or {}), **(properties or {})}
         properties[SCHEMA_ID_PROPERTY] = str(schema_id)
         properties[SCHEMA_IDS_PROPERTY] = str(schema_id)
         # Whole positions in the files' bounds, not 16-character prefixes: position_floor
@@ -330,10 +340,14 @@ class TableStore:
         props = ", ".join(
             f"{sql_literal(k)}={sql_literal(v)}" for k, v in sorted(properties.items())
         )
-        self._spark.sql(
-            f"CREATE TABLE IF NOT EXISTS {self.sql_name(table)} ({columns}) USING iceberg"
-            f"{partition} TBLPROPERTIES ({props})"
-        )
+        try:
+            self._spark.sql(
+                f"CREATE TABLE IF NOT EXISTS {self.sql_name(table)} ({columns}) USING iceberg"
+                f"{partition} TBLPROPERTIES ({props})"
+            )
+        except Exception:
+            self._namespaces.discard(namespace)  # it may have been dropped since
+            raise
         self._spark.sql(
             f"ALTER TABLE {self.sql_name(table)} SET IDENTIFIER FIELDS "
             + ", ".join(quote(k) for k in keys)
