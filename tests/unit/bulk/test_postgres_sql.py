@@ -23,9 +23,11 @@ from icefjord.bulk.postgres import (
     column_plan,
     copy_sql,
     hex_to_binary,
+    json_lists,
     parse_lines,
     plan_columns,
     quote_ident,
+    record_ends,
     to_target,
 )
 from icefjord.demo.model import Column, EnumType, Kind
@@ -36,7 +38,7 @@ MICROS = (
     "(extract(epoch from date_trunc('second', \"c\"))::bigint * 1000000"
     ' + extract(microseconds from "c")::bigint % 1000000)'
 )
-# Kind -> (SQL expression over column "c", JSON wire type, Parquet type)
+# Kind -> (SQL expression over column "c", CSV wire type, Parquet type)
 EXPECTED: dict[Kind, tuple[str, pa.DataType, pa.DataType]] = {
     Kind.SMALLINT: ('"c"', pa.int32(), pa.int32()),
     Kind.INTEGER: ('"c"', pa.int32(), pa.int32()),
@@ -56,7 +58,7 @@ EXPECTED: dict[Kind, tuple[str, pa.DataType, pa.DataType]] = {
     Kind.JSONB: ('"c"::text', pa.string(), pa.string()),
     Kind.UUID: ('"c"::text', pa.string(), pa.string()),
     Kind.ENUM: ('"c"::text', pa.string(), pa.string()),
-    Kind.INT_ARRAY: ('"c"', pa.list_(pa.int32()), pa.list_(pa.int32())),
+    Kind.INT_ARRAY: ('array_to_json("c")::text', pa.string(), pa.list_(pa.int32())),
     Kind.BYTEA: ("encode(\"c\", 'hex')", pa.string(), pa.binary()),
 }
 
@@ -140,7 +142,7 @@ def test_an_unsupported_type_names_table_column_and_type(pg_type: str) -> None:
     assert f"shop.orders.x: type {pg_type!r}" in str(caught.value)
 
 
-def test_copy_sql_quotes_names_and_keeps_json_unescaped() -> None:
+def test_copy_sql_quotes_names_and_asks_for_csv() -> None:
     plans = plan_columns(
         'we"ird',
         "Orders",
@@ -151,14 +153,28 @@ def test_copy_sql_quotes_names_and_keeps_json_unescaped() -> None:
     )
     assert quote_ident('a"b') == '"a""b"'
     assert copy_sql('we"ird', "Orders", plans) == (
-        'COPY (SELECT row_to_json(r) FROM (SELECT "Mixed ""Case""" AS c0, "t" AS c1 '
-        'FROM "we""ird"."Orders") AS r) '
-        "TO STDOUT (FORMAT csv, QUOTE e'\\x01', DELIMITER e'\\x02')"
+        'COPY (SELECT "Mixed ""Case""" AS c0, "t" AS c1 FROM "we""ird"."Orders") '
+        "TO STDOUT (FORMAT csv)"
     )
 
 
+def _field(value: object) -> str:
+    if value is None:
+        return ""  # NULL: an unquoted empty field
+    if isinstance(value, bool):
+        text = "t" if value else "f"
+    elif isinstance(value, list):
+        text = json.dumps(value)  # array_to_json
+    else:
+        text = str(value)
+    if text == "" or any(c in text for c in ',"\r\n'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
 def _line(**members: object) -> bytes:
-    return json.dumps(members, ensure_ascii=False).encode() + b"\n"
+    """One record as PostgreSQL's ``COPY ... (FORMAT csv)`` writes it, fields in order."""
+    return (",".join(_field(v) for v in members.values()) + "\n").encode()
 
 
 def test_parsed_lines_become_the_target_values() -> None:
@@ -221,6 +237,46 @@ def test_a_line_longer_than_a_parse_block_is_parsed() -> None:
         long_text,
         "after",
     ]
+
+
+def test_a_record_ends_only_at_a_line_break_outside_quotes() -> None:
+    data = b'1,"a\nb"\n2,"say ""hi""\n"\n3,\n'
+    assert [int(i) for i in record_ends(data)] == [7, 23, 26]
+    assert record_ends(b'1,"open\n').tolist() == []
+
+
+_TEXT = st.one_of(st.none(), st.text(alphabet=st.sampled_from("ab ,\"\r\n\t\\'{}é東"), max_size=12))
+_INTS = st.one_of(
+    st.none(),
+    st.lists(st.one_of(st.none(), st.integers(-(2**31), 2**31 - 1)), max_size=5),
+)
+
+
+@given(st.lists(st.tuples(_TEXT, _INTS, st.one_of(st.none(), st.booleans())), max_size=40))
+def test_csv_records_parse_back_to_their_values(
+    rows: list[tuple[str | None, list[int | None] | None, bool | None]],
+) -> None:
+    # NULL and the empty string stay apart; quotes, commas and line breaks in text survive.
+    plans = (
+        column_plan(Column("t", Kind.TEXT)),
+        column_plan(Column("a", Kind.INT_ARRAY)),
+        column_plan(Column("b", Kind.BOOLEAN)),
+    )
+    data = b"".join(_line(c0=t, c1=a, c2=b) for t, a, b in rows)
+    if not data:
+        return
+    table = to_target(parse_lines(data, plans), plans)
+    assert len(record_ends(data)) == len(rows)
+    assert table.to_pylist() == [{"t": t, "a": a, "b": b} for t, a, b in rows]
+
+
+def test_json_lists_keep_nulls_and_refuse_other_text() -> None:
+    kind = pa.list_(pa.int32())
+    got = json_lists(pa.array(["[1,null]", None, "[]"]), kind)
+    assert got.to_pylist() == [[1, None], None, []]
+    assert json_lists(pa.array([], pa.string()), kind).to_pylist() == []
+    with pytest.raises(pa.ArrowInvalid):
+        json_lists(pa.array(["[[1]]"]), kind)
 
 
 @given(st.lists(st.one_of(st.none(), st.binary(max_size=40)), max_size=30), st.integers(0, 5))
