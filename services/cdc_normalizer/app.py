@@ -214,8 +214,10 @@ class NormalizerService:
     ) -> Counter[tuple[str, ...]]:
         tally: Counter[tuple[str, ...]] = Counter()
         producer.begin_transaction()
-        for record in records:
-            routing = self._router.route(record)
+        routed = [(record, self._router.route(record)) for record in records]
+        # New tables' topics in one request: a snapshot starts many tables in one batch.
+        self._ensure_topics({c.topic for _, r in routed if isinstance(r, Emit) for c in r.changes})
+        for record, routing in routed:
             if isinstance(routing, Emit):
                 try:
                     encoded = [self._encode(change) for change in routing.changes]
@@ -352,9 +354,13 @@ class NormalizerService:
         return text or ""
 
     def _ensure_topic(self, topic: str) -> None:
-        if topic not in self._topics_ready:
-            ensure_topics(self._admin, [self._settings.changes_request(topic)])
-            self._topics_ready.add(topic)
+        self._ensure_topics({topic})
+
+    def _ensure_topics(self, topics: set[str]) -> None:
+        missing = topics - self._topics_ready
+        if missing:
+            ensure_topics(self._admin, [self._settings.changes_request(t) for t in sorted(missing)])
+            self._topics_ready |= missing
 
     def _register(self, subject: str, schema: Any, table: str | None) -> int:
         try:

@@ -331,7 +331,9 @@ def test_service_writes_typed_changes_dead_letters_and_is_exactly_once(
 
 
 class FlakyRegistry:
-    """A registry client that fails like an unreachable registry while ``down`` is set."""
+    """A registry client that fails like an unreachable registry while ``down`` is set,
+    after a second, as a registry that does not answer does: by then the records produced
+    before the call are on the broker, in the transaction the failure aborts."""
 
     def __init__(self, real: Any) -> None:
         self.real = real
@@ -339,6 +341,7 @@ class FlakyRegistry:
 
     def __getattr__(self, name: str) -> Any:
         if self.down:
+            time.sleep(1.0)
             raise ConnectionError("registry unreachable (simulated)")
         return getattr(self.real, name)
 
