@@ -297,10 +297,11 @@ def render_markdown(report: BenchReport, chart: str | None, chart_problem: str |
         "",
         "- *snapshot*: the rows are in the source before capture starts (PostgreSQL: COPY). "
         "Bulk (the default): the connector is registered to snapshot one row per table and "
-        "stream, and the tables are copied to Parquet in one REPEATABLE READ transaction once "
-        "its replication slot exists; iceberg-writer appends the copies and then applies the "
-        "changes it held (`icefjord.bulk`). Debezium (`--snapshot debezium`): the connector's "
-        "own snapshot sends every row through the pipeline. Generator: Debezium snapshot "
+        "stream, and once its replication slot exists the tables are copied to Parquet from "
+        "one REPEATABLE READ snapshot, several at a time; iceberg-writer appends the copies "
+        "and then applies the changes it held (`icefjord.bulk`). Debezium "
+        "(`--snapshot debezium`): the connector's own snapshot sends every row through the "
+        "pipeline. Generator: Debezium snapshot "
         "events. Time from capture start until Iceberg's snapshot summaries hold every row "
         "(the commit time of the last commit needed).",
         "- *warm-up*: the first rate, right after the snapshot, judged against no goal: after "
