@@ -266,9 +266,10 @@ def json_lists(values: pa.Array, list_type: pa.DataType) -> pa.Array:
     if len(values) == 0:
         return pa.array([], list_type)
     lines = pc.binary_join_element_wise('{"v":', values.fill_null("null"), "}\n", "")
-    longest = pc.max(pc.binary_length(lines)).as_py()
+    lengths = pc.binary_length(lines)
+    longest = pc.max(lengths).as_py()
     parsed = pa_json.read_json(
-        pa.BufferReader(lines.buffers()[2][: pc.sum(pc.binary_length(lines)).as_py()]),
+        pa.BufferReader(lines.buffers()[2][: pc.sum(lengths).as_py()]),
         read_options=pa_json.ReadOptions(block_size=max(_MIN_BLOCK_BYTES, longest + 1)),
         parse_options=pa_json.ParseOptions(
             explicit_schema=pa.schema([("v", list_type)]), unexpected_field_behavior="error"

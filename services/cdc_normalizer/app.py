@@ -353,9 +353,6 @@ class NormalizerService:
         self._latest_value_schema[topic] = text or ""
         return text or ""
 
-    def _ensure_topic(self, topic: str) -> None:
-        self._ensure_topics({topic})
-
     def _ensure_topics(self, topics: set[str]) -> None:
         missing = topics - self._topics_ready
         if missing:
@@ -397,7 +394,8 @@ class NormalizerService:
         return registered
 
     def _encode(self, change: ChangeOut) -> tuple[bytes | None, bytes]:
-        """Register the schemas if needed and serialize one change (key, value)."""
+        """Register the schemas if needed and serialize one change (key, value); its topic
+        exists already (``_transact`` creates a batch's new topics first)."""
         value = dict(change.value)
         if change.schema is not None:
             value_text = value_schema_text(change.schema)
@@ -407,7 +405,6 @@ class NormalizerService:
             parsed = json.loads(value_text)
             key_field = next(f for f in parsed["fields"] if f["name"] == "key")
             value["key"] = placeholder_datum(key_field["type"])
-        self._ensure_topic(change.topic)
         value_subject = f"{change.topic}-value"
         value_id = self._register(value_subject, value_text, str(change.table))
         self._latest_value_schema[change.topic] = value_text
