@@ -50,7 +50,6 @@ def make_producer(settings: KafkaSettings, **overrides: Any) -> Producer:
 
 
 SESSION_TIMEOUT_MS = 10_000
-FETCH_WAIT_MAX_MS = 100
 
 
 def make_consumer(settings: KafkaSettings, group_id: str, **overrides: Any) -> Consumer:
@@ -62,11 +61,6 @@ def make_consumer(settings: KafkaSettings, group_id: str, **overrides: Any) -> C
     writer or normalizer sat idle for up to 45 s. Heartbeats come from librdkafka's own
     thread, so a long Spark commit does not end a session; ``max.poll.interval.ms`` (5 min)
     still guards a stuck loop.
-
-    ``fetch.wait.max.ms`` is 100 instead of 500. A partition assigned while a fetch waits
-    for data joins only the next fetch, so each new table's first records waited up to
-    half a second at the normalizer and again at the writer. A fetch returns as soon as
-    data arrives either way; only idle consumers ask more often (ten times a second).
     """
     config = settings.client_config() | {
         "group.id": group_id,
@@ -75,7 +69,6 @@ def make_consumer(settings: KafkaSettings, group_id: str, **overrides: Any) -> C
         "isolation.level": "read_committed",
         "session.timeout.ms": SESSION_TIMEOUT_MS,
         "heartbeat.interval.ms": SESSION_TIMEOUT_MS // 4,
-        "fetch.wait.max.ms": FETCH_WAIT_MAX_MS,
     }
     config.update(overrides)
     return Consumer(config)

@@ -111,10 +111,6 @@ def service_env(
     if spec.topic_replication:
         # One broker: topics a service creates get one replica.
         env[f"{p}TOPIC_REPLICATION_FACTOR"] = "1"
-    if spec in (NORMALIZER, WRITER):
-        # One broker and a few hundred topics: looking for new tables' topics four times a
-        # second costs nothing here, and a new table's first rows wait for it twice.
-        env[f"{p}METADATA_REFRESH_MS"] = "250"
     if spec is NORMALIZER and source_topic_prefix is not None:
         escaped = source_topic_prefix.replace(".", r"\.")
         env[f"{p}INCLUDE_PATTERN"] = rf"^{escaped}\.[^.]+\.[^.]+$"
