@@ -40,7 +40,14 @@ from services.cdc_normalizer.pipeline import (
 from services.cdc_normalizer.table_schema import TableSchema, key_schema_text, value_schema_text
 from shared.avro import AvroCodec, WireFormatError
 from shared.errors import FatalError, RetryableError
-from shared.kafka import consume_ready, ensure_topics, make_admin, make_consumer, make_producer
+from shared.kafka import (
+    GroupMembership,
+    consume_ready,
+    ensure_topics,
+    make_admin,
+    make_consumer,
+    make_producer,
+)
 from shared.registry import make_registry_client
 
 log = logging.getLogger(__name__)
@@ -99,6 +106,7 @@ class NormalizerService:
         self._lag_topics: set[str] = set()
         self._encoders: dict[str, AvroEncoder] = {}
         self._key_texts: dict[str, str] = {}
+        self._membership = GroupMembership()
         self._router = Router(
             lookup=self._writer,
             clock_ms=_now_ms,
@@ -165,6 +173,17 @@ class NormalizerService:
             )
         except KafkaException as exc:
             raise RetryableError(f"consume failed: {exc}") from exc
+        if self._membership.lost(consumer):
+            # Out of the group and not rejoining (shared.kafka.GroupMembership): a new
+            # consumer starts from the committed offsets. No transaction is open here.
+            log.warning(
+                "consumer out of its group, subscribing a new one",
+                extra={"after_s": self._membership.limit_s},
+            )
+            self._membership.reset()
+            consumer.close()
+            self._consumer = None
+            return 0
         records: list[SourceRecord] = []
         for message in messages:
             error = message.error()

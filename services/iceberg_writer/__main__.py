@@ -14,6 +14,7 @@ import time
 import uuid
 from contextlib import ExitStack
 
+from confluent_kafka import Consumer
 from prometheus_client import CollectorRegistry
 
 from services.iceberg_writer.apply import BatchWriter
@@ -51,16 +52,20 @@ def build_writer(settings: WriterSettings, registry: CollectorRegistry) -> Write
         settings.metadata_columns.columns(),
         {name: table.table_config() for name, table in settings.tables.items()},
     )
-    data = make_consumer(
-        settings.kafka,
-        settings.group_id,
-        **{"topic.metadata.refresh.interval.ms": settings.metadata_refresh_ms},
-    )
+
+    def new_data() -> Consumer:
+        return make_consumer(
+            settings.kafka,
+            settings.group_id,
+            **{"topic.metadata.refresh.interval.ms": settings.metadata_refresh_ms},
+        )
+
     control = make_consumer(settings.kafka, f"{settings.group_id}-control-{uuid.uuid4().hex[:8]}")
     return Writer(
         settings,
-        data=data,
+        data=new_data(),
         control=control,
+        new_data=new_data,
         admin=make_admin(settings.kafka),
         producer=make_producer(settings.kafka),
         registry=make_registry_client(settings.registry),

@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,7 +85,7 @@ from shared.events import (
     TopicPartitionOffset,
     Verdict,
 )
-from shared.kafka import consume_ready, last_stable_offsets
+from shared.kafka import GroupMembership, consume_ready, last_stable_offsets
 from shared.lease import leased
 
 log = logging.getLogger("services.iceberg_writer")
@@ -145,6 +145,7 @@ class Writer:
         *,
         data: Consumer,
         control: Consumer,
+        new_data: Callable[[], Consumer] | None = None,
         admin: AdminClient,
         producer: Producer,
         registry: SchemaRegistryClient,
@@ -155,6 +156,8 @@ class Writer:
     ) -> None:
         self.settings = settings
         self._data = data
+        self._new_data = new_data  # replaces a data consumer that fell out of its group
+        self._membership = GroupMembership()
         self._control = control
         self._admin = admin
         self._producer = producer
@@ -187,12 +190,39 @@ class Writer:
     def start(self, timeout_s: float = 60.0) -> None:
         """Read the control topic to its end (schema plans, published commits), then subscribe."""
         self._replay_control(timeout_s)
-        self._data.subscribe(
-            [self.settings.topic_pattern], on_assign=self._on_assign, on_revoke=self._on_revoke
-        )
+        self._subscribe()
         log.info(
             "writer subscribed", extra={"pattern": self.settings.topic_pattern, "epoch": self.epoch}
         )
+
+    def _subscribe(self) -> None:
+        self._data.subscribe(
+            [self.settings.topic_pattern], on_assign=self._on_assign, on_revoke=self._on_revoke
+        )
+
+    def _resubscribe_if_lost(self) -> None:
+        """Replace a data consumer that has been out of its group too long
+        (shared.kafka.GroupMembership); the new one reads on from each table's checkpoint."""
+        if self._new_data is None or not self._membership.lost(self._data):
+            return
+        log.warning(
+            "data consumer out of its group, subscribing a new one",
+            extra={"after_s": self._membership.limit_s},
+        )
+        self._membership.reset()
+        for state in self.tables.values():
+            state.pending = []
+            state.consumed = {}
+            state.waits = {}
+            state.bounds = None
+            state.bulk_paused = False
+            state.clock.first_at = None
+        try:
+            self._data.close()
+        except Exception as exc:  # closing a consumer in that state must not stop the writer
+            log.warning("closing the old data consumer failed", extra={"error": str(exc)})
+        self._data = self._new_data()
+        self._subscribe()
 
     def warm_up(self) -> None:
         """Run Spark's write paths once on a throwaway table (``BatchWriter.warm_up``), so the
@@ -574,6 +604,7 @@ class Writer:
     def _step(self) -> None:
         for event in self._control_reader.poll(timeout=0, max_events=500):
             self._on_control(event)
+        self._resubscribe_if_lost()
         messages = consume_ready(self._data, CONSUME_BATCH, 0.2)
         now = time.monotonic()
         for message in messages:

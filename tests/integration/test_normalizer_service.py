@@ -25,7 +25,13 @@ from services.cdc_normalizer.config import NormalizerSettings
 from services.cdc_normalizer.metrics import NormalizerMetrics
 from shared.avro import AvroCodec
 from shared.errors import RetryableError
-from shared.kafka import TopicRequest, ensure_topics, make_admin, make_producer
+from shared.kafka import (
+    GroupMembership,
+    TopicRequest,
+    ensure_topics,
+    make_admin,
+    make_producer,
+)
 from shared.registry import make_registry_client
 
 COLUMNS: list[dict[str, Any]] = [
@@ -408,6 +414,57 @@ def truncate_event(table: str, lsn: int) -> bytes:
         "ts_ms": 1_700_000_000_500 + lsn,
     }
     return json.dumps(payload).encode()  # schemaless: a truncate carries no row schema
+
+
+class _LostOnce(GroupMembership):
+    """Reports the consumer out of its group once, after it has joined: librdkafka's stuck
+    rejoin cannot be caused on purpose, the service's answer to it can be checked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+        self.fired = False
+
+    def lost(self, consumer: Consumer) -> bool:
+        if self.armed and not self.fired and consumer.memberid():
+            self.fired = True
+            return True
+        return super().lost(consumer)
+
+
+def test_a_consumer_out_of_its_group_is_replaced_and_nothing_is_lost_or_repeated(
+    stack: Stack, setup: Any
+) -> None:
+    source_topic, table, _, settings = setup
+    producer = make_producer(stack.kafka)
+
+    def send(ids: range) -> None:
+        for i in ids:
+            email = f"c{i}@example.com"
+            producer.produce(
+                source_topic, key=key(i), value=envelope(table, "c", None, row(i, email, i, 1), i)
+            )
+        producer.flush(10)
+
+    send(range(1, 4))
+    service = NormalizerService(settings(), NormalizerMetrics.create(CollectorRegistry()))
+    watch = _LostOnce()
+    service._membership = watch
+    try:
+        assert drain(service, 3) == 3
+        first = service._consumer
+        watch.armed = True
+        send(range(4, 10))
+        assert drain(service, 6) == 6
+        assert watch.fired
+        assert service._consumer is not None and service._consumer is not first
+    finally:
+        service.close()
+
+    codec = AvroCodec(make_registry_client(stack.registry))
+    changes = read_all(stack, f"icefjord.changes.inventory.{table}", "read_committed")
+    ids = sorted(codec.deserialize(m.value())[1]["key"]["id"] for m in changes)
+    assert ids == list(range(1, 10))
 
 
 def test_main_run_serves_metrics_writes_a_truncate_and_stops_on_request(
