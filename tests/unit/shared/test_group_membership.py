@@ -47,12 +47,16 @@ def test_a_consumer_that_never_joined_is_never_lost() -> None:
         assert not watch.lost(consumer)
 
 
-def test_a_member_that_leaves_is_lost_only_after_the_limit() -> None:
-    watch, member, clock, consumer = _watch(30)
+def _joins_then_leaves(watch: GroupMembership, member: _Member, consumer: Any) -> None:
     member.member = "m-1"
     assert not watch.lost(consumer)
     member.member = None
     assert not watch.lost(consumer)  # the clock starts here
+
+
+def test_a_member_that_leaves_is_lost_only_after_the_limit() -> None:
+    watch, member, clock, consumer = _watch(30)
+    _joins_then_leaves(watch, member, consumer)
     clock.now += 29.9
     assert not watch.lost(consumer)
     clock.now += 0.1
@@ -61,10 +65,7 @@ def test_a_member_that_leaves_is_lost_only_after_the_limit() -> None:
 
 def test_rejoining_in_time_restarts_the_count() -> None:
     watch, member, clock, consumer = _watch(30)
-    member.member = "m-1"
-    watch.lost(consumer)
-    member.member = None
-    watch.lost(consumer)
+    _joins_then_leaves(watch, member, consumer)
     clock.now += 25
     member.member = "m-2"  # back in, with a new member id
     assert not watch.lost(consumer)
@@ -79,10 +80,7 @@ def test_rejoining_in_time_restarts_the_count() -> None:
 
 def test_reset_forgets_the_old_consumer() -> None:
     watch, member, clock, consumer = _watch(30)
-    member.member = "m-1"
-    watch.lost(consumer)
-    member.member = None
-    watch.lost(consumer)
+    _joins_then_leaves(watch, member, consumer)
     clock.now += 31
     assert watch.lost(consumer)
     watch.reset()
