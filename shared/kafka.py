@@ -84,7 +84,7 @@ class GroupMembership:
     restarting), librdkafka 2.12 revokes the assignment to rejoin, and sometimes never sends
     the JoinGroup: the consumer polls on with no member id and no partition, and the
     service stalls while looking healthy. The fault test (with shorter fetch waits) caught
-    it in two of 13 runs, once in the normalizer and once in the writer. :meth:`lost` is
+    it in two of 11 runs, once in the normalizer and once in the writer. :meth:`lost` is
     true once a consumer that had joined has been without a member id for ``limit_s``; the
     caller then closes it and subscribes a new one, which starts from the committed
     offsets. A consumer that never joined (its pattern matches no topic yet) is left alone.
