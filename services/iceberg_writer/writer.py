@@ -210,13 +210,10 @@ class Writer:
             extra={"after_s": self._membership.limit_s},
         )
         self._membership.reset()
+        self._drop_uncommitted()
         for state in self.tables.values():
-            state.pending = []
-            state.consumed = {}
-            state.waits = {}
             state.bounds = None
             state.bulk_paused = False
-            state.clock.first_at = None
         try:
             self._data.close()
         except Exception as exc:  # closing a consumer in that state must not stop the writer
@@ -585,11 +582,7 @@ class Writer:
 
     def rewind(self) -> None:
         """Forget uncommitted changes and seek every assigned partition to its checkpoint."""
-        for state in self.tables.values():
-            state.pending = []
-            state.consumed = {}
-            state.waits = {}
-            state.clock.first_at = None
+        self._drop_uncommitted()
         for tp in self._data.assignment():
             held = self.tables.get(table_of(tp.topic))
             stored = held.committed.get((tp.topic, tp.partition)) if held else None
@@ -600,6 +593,13 @@ class Writer:
                     self._data.resume([tp])
             except Exception as exc:  # the broker may be the thing that is down
                 log.warning("rewind seek failed", extra={"error": str(exc)})
+
+    def _drop_uncommitted(self) -> None:
+        for state in self.tables.values():
+            state.pending = []
+            state.consumed = {}
+            state.waits = {}
+            state.clock.first_at = None
 
     def _step(self) -> None:
         for event in self._control_reader.poll(timeout=0, max_events=500):
