@@ -9,7 +9,10 @@ capture streams only what happens after the copy:
    (read, not committed) until the copy is in.
 2. Capture starts (``start_capture``): the connector creates its replication slot and
    snapshots at most one row per table (:func:`snapshot_overrides`), which gives the
-   normalizer the table's schema and the writer its Iceberg table.
+   normalizer the table's schema and the writer its Iceberg table. The demo's
+   ``start_capture`` creates the tables' Debezium and changes topics first
+   (``PostgresDemoSource.start_capture``), so the normalizer and the writer are subscribed
+   to them before the first row arrives.
 3. Once the slot has its consistent point, every table is copied from one REPEATABLE READ
    snapshot, several tables at once on connections that share it
    (:func:`icefjord.bulk.postgres.copy_tables`). The slot came first, so each change the

@@ -281,7 +281,8 @@ class Bench:
             tables = [t.name for t in planner.initial_tables]
             self.source.bulk_snapshot(tables, progress=self.live.console.log)
         elif isinstance(self.source, PostgresDemoSource):
-            self.source.connect.register(names.connector, self.source.connector_config())
+            tables = [t.name for t in planner.initial_tables]
+            self.source.start_capture(tables, self.source.connector_config())
         else:
             self.source.prepare(planner)  # the generator emits the snapshot right away
         expected = {

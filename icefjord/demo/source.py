@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -25,6 +25,7 @@ from icefjord.local.connect import ConnectError, KafkaConnect, PostgresSource
 from icefjord.local.connect import debezium_postgres_config as connector_config
 from icefjord.local.postgres import PostgresCluster
 from icefjord.local.settings import LocalSettings
+from shared.kafka import TopicRequest, ensure_topics, make_admin
 from shared.settings import KafkaSettings
 
 CONNECTOR_PREFIX = "icefjord-demo-"
@@ -183,12 +184,49 @@ class PostgresDemoSource:
             )
         )
 
+    def capture_topics(self, tables: Iterable[str]) -> list[TopicRequest]:
+        """The topics the changes of ``tables`` flow through, each as its creator would make
+        it: Debezium's (Connect's ``topic.creation.default.*``) and the normalizer's changes
+        topic (its settings, the topic catalog)."""
+        from services.cdc_normalizer.config import NormalizerSettings
+        from services.cdc_normalizer.pipeline import changes_topic
+        from services.cdc_normalizer.table_schema import TableId
+
+        config = self.connector_config()
+        partitions = int(config["topic.creation.default.partitions"])
+        replication = int(config["topic.creation.default.replication.factor"])
+        # The services inherit this process's environment, so these are their settings.
+        normalizer = NormalizerSettings(topic_replication_factor=1, metrics={"port": 0})
+        requests: list[TopicRequest] = []
+        for table in tables:
+            requests.append(TopicRequest(self.names.topic(table), partitions, replication))
+            changes = changes_topic(TableId(self.names.schema, table))
+            requests.append(normalizer.changes_request(changes))
+        return requests
+
+    def start_capture(self, tables: Iterable[str], config: Mapping[str, str]) -> None:
+        """Create the topics of ``tables`` (:meth:`capture_topics`), then register the
+        connector with ``config``.
+
+        The normalizer and the writer subscribe to topic patterns and find a new topic at
+        their next metadata refresh (``METADATA_REFRESH_MS``, 1 s). Created before the
+        connector starts, the topics are in both subscriptions when the first change
+        arrives; otherwise each table's first change waits for two refreshes and two
+        rebalances in a row (Connect creates the topic, the normalizer finds it and creates
+        the changes topic, the writer finds that)."""
+        ensure_topics(
+            make_admin(KafkaSettings(bootstrap_servers=self.settings.bootstrap_servers)),
+            self.capture_topics(tables),
+        )
+        self.connect.register(self.names.connector, dict(config))
+
     def prepare(self, planner: Planner) -> None:
         """Create the schema, load the initial rows, then register the connector (its
         snapshot captures them) and wait until it streams."""
         self.workload.create_schema(planner.initial_tables, self.names.publication)
         self.workload.run(planner.seed())
-        self.connect.register(self.names.connector, self.connector_config())
+        tables = [t.name for t in planner.initial_tables]
+        self.start_capture(tables, self.connector_config())
         self.connect.wait_running(self.names.connector)
 
     def run(self, transactions: Iterable[Transaction]) -> WorkloadResult:
@@ -228,7 +266,7 @@ class PostgresDemoSource:
 
         def start_capture() -> None:
             nonlocal worker
-            self.connect.register(names.connector, config)
+            self.start_capture(tables, config)
             worker = threading.Thread(target=concurrently, name="during-copy", daemon=True)
             worker.start()
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka.admin import ConfigResource
 from harness import Stack, free_port
 
 from icefjord.demo.canonical import canonical
@@ -37,10 +38,12 @@ from icefjord.local.connect import KafkaConnect
 from icefjord.local.postgres import PostgresCluster, PostgresNotInstalled, find_bin_dir
 from icefjord.local.services import ServiceProcess, service_processes
 from icefjord.local.settings import LocalSettings
+from services.cdc_normalizer.config import NormalizerSettings
 from services.cdc_normalizer.connect_schema import connect_schema_from_json
 from services.cdc_normalizer.errors import InvalidSchema
 from shared.avro import AvroCodec
 from shared.events import ControlEvent, SchemaChange
+from shared.kafka import make_admin
 from shared.registry import make_registry_client
 
 TABLES = ("customers", "orders", "payments", "shipments")
@@ -65,6 +68,7 @@ class Capture:
     connect_start_s: float
     events: dict[str, list[Any]]
     connect: KafkaConnect
+    topics: dict[str, int]  # this run's topics right after capture started -> partitions
 
 
 def read_topic(
@@ -139,13 +143,18 @@ def capture(stack: Stack, demo_settings: LocalSettings) -> Iterator[Capture]:
         source = PostgresDemoSource(s, names, cluster, connect)
         planner = Planner(WorkloadSpec(rate=80, duration_s=8, initial_rows=15, seed=5))
         source.prepare(planner)
+        topics = {
+            name: len(topic.partitions)
+            for name, topic in make_admin(stack.kafka).list_topics(timeout=10).topics.items()
+            if f".{names.schema}." in name
+        }
         result = source.run(paced(planner.changes(), threading.Event()))
         events = {t: read_topic(stack, names.topic(t)) for t in TABLES}
         print(
             f"\nConnect healthy in {connect_start_s:.1f} s; {result.row_changes} changes "
             f"at {result.changes_per_second:.0f}/s"
         )
-        yield Capture(s, names, planner, result, connect_start_s, events, connect)
+        yield Capture(s, names, planner, result, connect_start_s, events, connect, topics)
         connect.delete(names.connector)
         source.close()
     finally:
@@ -238,6 +247,23 @@ def test_key_changes_and_schema_changes_reach_kafka(capture: Capture) -> None:
     ]
     assert quantity_types[0] == "int32" and quantity_types[-1] == "int64"
     assert capture.connect_start_s < 240
+
+
+def test_capture_starts_with_the_tables_topics_made_as_their_owners_would(
+    stack: Stack, capture: Capture
+) -> None:
+    """Created before the connector, not found later by the normalizer's and the writer's
+    topic discovery; no normalizer runs for this schema while the fixture starts capture."""
+    normalizer = NormalizerSettings(topic_replication_factor=1)
+    admin = make_admin(stack.kafka)
+    for table in (t.name for t in capture.planner.initial_tables):
+        assert capture.topics[capture.names.topic(table)] == 1  # Connect's default here
+        changes = f"icefjord.changes.{capture.names.schema}.{table}"
+        assert capture.topics[changes] == normalizer.output_partitions
+        wanted = normalizer.changes_request(changes).config
+        resource = ConfigResource("topic", changes)
+        described = admin.describe_configs([resource])[resource].result(timeout=10)
+        assert wanted and {k: described[k].value for k in wanted} == wanted
 
 
 def _wait_normalized(service: ServiceProcess, expected: int, timeout_s: float = 180) -> float:
