@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from services.schema_watcher.config import WatcherSettings
 from services.schema_watcher.metrics import WatcherMetrics
+from services.schema_watcher.probe import NewestVersionProbe, PollSchedule, poll_when_due
 from services.schema_watcher.watcher import build_watcher
 from shared.endpoint import Health
 from shared.kafka import make_producer
@@ -29,7 +30,9 @@ log = logging.getLogger("services.schema_watcher")
 
 
 def run(settings: WatcherSettings, stop: threading.Event) -> None:
-    """Serve metrics, make sure the control topic exists, then poll until ``stop`` is set.
+    """Serve metrics, make sure the control topic exists, then poll until ``stop`` is set:
+    at once when the registry's newest version changed, else every ``poll_interval_s``
+    (:mod:`services.schema_watcher.probe`).
 
     Raises FatalError, or RetryableError when the control topic cannot be created in time.
     """
@@ -50,11 +53,26 @@ def run(settings: WatcherSettings, stop: threading.Event) -> None:
             metrics=metrics,
         )
 
-        def step() -> None:
-            watcher.step()
-            stop.wait(settings.poll_interval_s)
+        probe = None
+        if settings.probe_interval_s > 0:
+            probe = NewestVersionProbe.for_registry(settings.registry)
+        if probe is not None:
+            resources.callback(probe.close)
+        schedule = PollSchedule(settings.poll_interval_s)
+        pause = settings.probe_interval_s if probe is not None else settings.poll_interval_s
 
-        log.info("schema-watcher polling", extra={"pattern": settings.subject_pattern})
+        def step() -> None:
+            poll_when_due(watcher.step, probe, schedule)
+            stop.wait(pause)
+
+        log.info(
+            "schema-watcher polling",
+            extra={
+                "pattern": settings.subject_pattern,
+                "interval_s": settings.poll_interval_s,
+                "probe": probe.url if probe is not None else None,
+            },
+        )
         run_loop(step, stop, health)
 
 

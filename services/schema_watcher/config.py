@@ -38,6 +38,13 @@ class WatcherSettings(ServiceSettings):
     poll_interval_s: float = Field(
         default=2.0, gt=0, description="Pause between two registry polls, in seconds."
     )
+    probe_interval_s: float = Field(
+        default=0.5,
+        ge=0,
+        description="How often Apicurio Registry is asked for its newest version's global id "
+        "(one small request); a new answer starts a full poll at once (probe.py). 0, or a "
+        "registry other than Apicurio: poll every poll_interval_s only.",
+    )
     producer: str = Field(
         default="schema-watcher", description="The `producer` stamped on published events."
     )
