@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-from harness import Stack, free_port
+from harness import LostOnce, Stack, free_port
 from prometheus_client import CollectorRegistry
 
 from services.cdc_normalizer.app import NormalizerService
@@ -26,7 +26,6 @@ from services.cdc_normalizer.metrics import NormalizerMetrics
 from shared.avro import AvroCodec
 from shared.errors import RetryableError
 from shared.kafka import (
-    GroupMembership,
     TopicRequest,
     ensure_topics,
     make_admin,
@@ -416,22 +415,6 @@ def truncate_event(table: str, lsn: int) -> bytes:
     return json.dumps(payload).encode()  # schemaless: a truncate carries no row schema
 
 
-class _LostOnce(GroupMembership):
-    """Reports the consumer out of its group once, after it has joined: librdkafka's stuck
-    rejoin cannot be caused on purpose, the service's answer to it can be checked."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.armed = False
-        self.fired = False
-
-    def lost(self, consumer: Consumer) -> bool:
-        if self.armed and not self.fired and consumer.memberid():
-            self.fired = True
-            return True
-        return super().lost(consumer)
-
-
 def test_a_consumer_out_of_its_group_is_replaced_and_nothing_is_lost_or_repeated(
     stack: Stack, setup: Any
 ) -> None:
@@ -448,7 +431,7 @@ def test_a_consumer_out_of_its_group_is_replaced_and_nothing_is_lost_or_repeated
 
     send(range(1, 4))
     service = NormalizerService(settings(), NormalizerMetrics.create(CollectorRegistry()))
-    watch = _LostOnce()
+    watch = LostOnce()
     service._membership = watch
     try:
         assert drain(service, 3) == 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -14,7 +15,7 @@ from changes_support import (
     control_events,
     table_rows,
 )
-from harness import Stack
+from harness import LostOnce, Stack
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from writer_support import (
@@ -297,3 +298,37 @@ def test_the_warm_up_runs_every_write_path_and_leaves_no_trace(
     writer.warm_up(DEFAULT_PROPERTIES)  # raises if a write path fails
     assert set(catalog.list_namespaces()) == before
     assert list(staging.iterdir()) == []
+
+
+def test_a_data_consumer_out_of_its_group_is_replaced_and_nothing_is_lost_or_repeated(
+    stack: Stack, spark: Any, change_topic: str
+) -> None:
+    table = change_topic.removeprefix("icefjord.changes.")
+    schema = change_schema(*table.split("."))
+    # Batches linger for seconds, so the replacement finds changes read and not committed.
+    writer = start_writer(
+        writer_settings(stack, change_topic, min_batch_s=3.0, freshness_target_s=30.0)
+    )
+    watch = LostOnce()
+    writer._membership = watch
+    try:
+        first = [Event(i, "READ", i, name=f"r{i}", amount="1.50") for i in range(1, 101)]
+        producer_for(stack, change_topic).send(schema, first)
+        run_until_caught_up(writer)
+        later = [Event(200 + i, "UPDATE", i, name=f"u{i}") for i in range(1, 61)]
+        later += [Event(300 + i, "CREATE", i, name=f"c{i}") for i in range(101, 131)]
+        producer_for(stack, change_topic).send(schema, later)
+        deadline = time.monotonic() + 60
+        while not any(state.pending for state in writer.tables.values()):
+            assert time.monotonic() < deadline, "the later changes were never read"
+            writer.step()
+        old = writer._data
+        watch.armed = True
+        writer.step()
+        assert watch.fired and writer._data is not old
+        run_until_caught_up(writer)
+        assert_equal_to_model(spark, table, first + later)
+        (count,) = spark.sql(f"SELECT count(*) FROM icefjord.{table}").first()
+        assert count == 130, "a key is stored twice"
+    finally:
+        writer.close()
