@@ -61,8 +61,11 @@ def run(settings: WatcherSettings, stop: threading.Event) -> None:
         schedule = PollSchedule(settings.poll_interval_s)
         pause = settings.probe_interval_s if probe is not None else settings.poll_interval_s
 
+        def answered(answer: str) -> None:
+            metrics.probes.labels(answer=answer).inc()
+
         def step() -> None:
-            poll_when_due(watcher.step, probe, schedule)
+            poll_when_due(watcher.step, probe, schedule, answered=answered)
             stop.wait(pause)
 
         log.info(

@@ -33,6 +33,7 @@ class WatcherMetrics:
     last_successful_poll: Gauge
     seconds_since_last_successful_poll: Gauge
     registry_errors: Counter
+    probes: Counter
     clock: Callable[[], float] = field(default=time.time, repr=False)
     _last_stamp: _Stamp = field(default_factory=lambda: _Stamp(0.0), repr=False)
 
@@ -78,6 +79,13 @@ class WatcherMetrics:
             registry_errors=Counter(
                 f"{PREFIX}_registry_errors_total",
                 "Schema registry calls that failed (unreachable or an error status).",
+                registry=registry,
+            ),
+            probes=Counter(
+                f"{PREFIX}_probes_total",
+                "Questions for the registry's newest version (probe.py), by answer: new (a "
+                "poll follows), same, none (no answer: polls keep to their interval).",
+                ["answer"],
                 registry=registry,
             ),
             clock=clock,

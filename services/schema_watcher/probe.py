@@ -107,10 +107,14 @@ def poll_when_due(
     probe: Probe | None,
     schedule: PollSchedule,
     clock: Callable[[], float] = time.monotonic,
+    answered: Callable[[str], None] = lambda answer: None,
 ) -> bool:
-    """Ask ``probe`` (if any), then ``poll`` when ``schedule`` says so; return whether it
-    polled. An exception from ``poll`` propagates and leaves the schedule as it was."""
+    """Ask ``probe`` (if any; ``answered`` hears ``new``, ``same`` or ``none``), then
+    ``poll`` when ``schedule`` says so; return whether it polled. An exception from
+    ``poll`` propagates and leaves the schedule as it was."""
     mark = probe.newest() if probe is not None else None
+    if probe is not None:
+        answered("none" if mark is None else "same" if mark == schedule.last_mark else "new")
     if not schedule.due(mark, clock()):
         return False
     poll()

@@ -32,12 +32,14 @@ class Answers:
 
 
 def test_a_changed_answer_polls_at_once_and_an_unchanged_one_waits_for_the_interval() -> None:
-    clock, polls = Clock(), []
+    clock, polls, answers = Clock(), [], []
     schedule = PollSchedule(interval_s=2.0)
     probe = Answers(7, 7, 9, 9, 9)
 
     def step() -> bool:
-        return poll_when_due(lambda: polls.append(clock.now), probe, schedule, clock)
+        return poll_when_due(
+            lambda: polls.append(clock.now), probe, schedule, clock, answers.append
+        )
 
     assert step()  # never polled
     clock.now += 0.25
@@ -49,15 +51,22 @@ def test_a_changed_answer_polls_at_once_and_an_unchanged_one_waits_for_the_inter
     clock.now += 2.0
     assert step()  # the interval passed
     assert polls == [100.0, 100.5, 102.75]
+    assert answers == ["new", "same", "new", "same", "same"]
 
 
 def test_without_an_answer_the_interval_alone_decides() -> None:
     clock, polls = Clock(), []
     schedule = PollSchedule(interval_s=2.0)
+    answers: list[str] = []
+
+    def poll() -> None:
+        polls.append(clock.now)
+
     for _ in range(12):  # three seconds of questions nobody answers
-        poll_when_due(lambda: polls.append(clock.now), Answers(None), schedule, clock)
+        poll_when_due(poll, Answers(None), schedule, clock, answers.append)
         clock.now += 0.25
     assert polls == [100.0, 102.0]
+    assert answers == ["none"] * 12
     assert poll_when_due(lambda: polls.append(clock.now), None, schedule, clock) is False
 
 
