@@ -184,15 +184,16 @@ class PostgresDemoSource:
             )
         )
 
-    def capture_topics(self, tables: Iterable[str]) -> list[TopicRequest]:
+    def capture_topics(
+        self, tables: Iterable[str], config: Mapping[str, str]
+    ) -> list[TopicRequest]:
         """The topics the changes of ``tables`` flow through, each as its creator would make
-        it: Debezium's (Connect's ``topic.creation.default.*``) and the normalizer's changes
-        topic (its settings, the topic catalog)."""
+        it: Debezium's (``topic.creation.default.*`` of the connector's ``config``) and the
+        normalizer's changes topic (its settings, the topic catalog)."""
         from services.cdc_normalizer.config import NormalizerSettings
         from services.cdc_normalizer.pipeline import changes_topic
         from services.cdc_normalizer.table_schema import TableId
 
-        config = self.connector_config()
         partitions = int(config["topic.creation.default.partitions"])
         replication = int(config["topic.creation.default.replication.factor"])
         # The services inherit this process's environment, so these are their settings.
@@ -216,7 +217,7 @@ class PostgresDemoSource:
         the changes topic, the writer finds that)."""
         ensure_topics(
             make_admin(KafkaSettings(bootstrap_servers=self.settings.bootstrap_servers)),
-            self.capture_topics(tables),
+            self.capture_topics(tables, config),
         )
         self.connect.register(self.names.connector, dict(config))
 
