@@ -38,7 +38,7 @@ METADATA_PREFIX = "__"
 _ENVELOPE_METADATA = frozenset({"op", "deleted", "ts_ms", "transaction_id"})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Envelope:
     """A Debezium value taken apart, still untyped.
 
@@ -58,13 +58,43 @@ class Envelope:
     flattened: bool
     deleted: bool | None = None
 
+    # Written out: mypyc compiles it; the one dataclass generates stays interpreted.
+    def __init__(
+        self,
+        op: str | None,
+        before: Mapping[str, Any] | None,
+        after: Mapping[str, Any] | None,
+        row: Mapping[str, Any] | None,
+        source: Mapping[str, Any],
+        ts_ms: Any,
+        transaction_id: str | None,
+        row_schema: ConnectSchema | None,
+        flattened: bool,
+        deleted: bool | None = None,
+    ) -> None:
+        object.__setattr__(self, "op", op)
+        object.__setattr__(self, "before", before)
+        object.__setattr__(self, "after", after)
+        object.__setattr__(self, "row", row)
+        object.__setattr__(self, "source", source)
+        object.__setattr__(self, "ts_ms", ts_ms)
+        object.__setattr__(self, "transaction_id", transaction_id)
+        object.__setattr__(self, "row_schema", row_schema)
+        object.__setattr__(self, "flattened", flattened)
+        object.__setattr__(self, "deleted", deleted)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(frozen=True, slots=True, init=False)
 class KeyStruct:
     """The Debezium key: its field values and, when the record carries one, its schema."""
 
     payload: Mapping[str, Any] | None
     schema: ConnectSchema | None
+
+    # Written out: mypyc compiles it; the one dataclass generates stays interpreted.
+    def __init__(self, payload: Mapping[str, Any] | None, schema: ConnectSchema | None) -> None:
+        object.__setattr__(self, "payload", payload)
+        object.__setattr__(self, "schema", schema)
 
 
 _DECIMAL_JSON = json.JSONDecoder(parse_float=decimal.Decimal)

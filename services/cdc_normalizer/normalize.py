@@ -78,7 +78,7 @@ _OPS = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Origin:
     """Where a consumed record came from (Kafka coordinates and record timestamp)."""
 
@@ -87,8 +87,17 @@ class Origin:
     offset: int
     timestamp_ms: int | None = None
 
+    # Written out: mypyc compiles it; the one dataclass generates stays interpreted.
+    def __init__(
+        self, topic: str, partition: int, offset: int, timestamp_ms: int | None = None
+    ) -> None:
+        object.__setattr__(self, "topic", topic)
+        object.__setattr__(self, "partition", partition)
+        object.__setattr__(self, "offset", offset)
+        object.__setattr__(self, "timestamp_ms", timestamp_ms)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(frozen=True, slots=True, init=False)
 class DebeziumMessage:
     """One consumed Debezium record.
 
@@ -104,6 +113,21 @@ class DebeziumMessage:
     origin: Origin
     key_schema: ConnectSchema | None = None
     value_schema: ConnectSchema | None = None
+
+    # Written out: mypyc compiles it; the one dataclass generates stays interpreted.
+    def __init__(
+        self,
+        key: Any,
+        value: Any,
+        origin: Origin,
+        key_schema: ConnectSchema | None = None,
+        value_schema: ConnectSchema | None = None,
+    ) -> None:
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "origin", origin)
+        object.__setattr__(self, "key_schema", key_schema)
+        object.__setattr__(self, "value_schema", value_schema)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +163,7 @@ class NormalizeOptions:
         return self.tables.get(topic) or self.tables.get(str(table)) or self.default
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Change:
     """One normalized change, the Python form of a ``<TableName>Change`` record.
 
@@ -156,6 +180,27 @@ class Change:
     key: Mapping[str, Any]
     after: Mapping[str, Any] | None
 
+    # Written out: mypyc compiles it; the one dataclass generates stays interpreted.
+    def __init__(
+        self,
+        table: TableId,
+        op: Operation,
+        position: str,
+        source_ts_ms: int,
+        tx_id: str | None,
+        source: Mapping[str, str],
+        key: Mapping[str, Any],
+        after: Mapping[str, Any] | None,
+    ) -> None:
+        object.__setattr__(self, "table", table)
+        object.__setattr__(self, "op", op)
+        object.__setattr__(self, "position", position)
+        object.__setattr__(self, "source_ts_ms", source_ts_ms)
+        object.__setattr__(self, "tx_id", tx_id)
+        object.__setattr__(self, "source", source)
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "after", after)
+
     def to_record(self) -> dict[str, Any]:
         """The Avro datum for :func:`~services.cdc_normalizer.table_schema.value_schema`."""
         return {
@@ -169,7 +214,7 @@ class Change:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Normalized:
     """The changes of one record and the table schema they were typed with.
 
@@ -180,6 +225,14 @@ class Normalized:
     table: TableId
     schema: TableSchema | None
     changes: tuple[Change, ...]
+
+    # Written out: mypyc compiles it; the one dataclass generates stays interpreted.
+    def __init__(
+        self, table: TableId, schema: TableSchema | None, changes: tuple[Change, ...]
+    ) -> None:
+        object.__setattr__(self, "table", table)
+        object.__setattr__(self, "schema", schema)
+        object.__setattr__(self, "changes", changes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,10 +445,7 @@ def normalize_or_raise(
         assert image is not None
         plan.check_available(image, options.unavailable_value)
         after = plan.row(image, "after")
-    # A TableSchema per record, as callers may expect; it is built from the plan's shared row
-    # and key schemas, so its Avro text is a cached lookup.
-    schema = TableSchema(table, plan.schema.row, plan.schema.key)
-    return Normalized(table, schema, (change(key_values, after),))
+    return Normalized(table, plan.schema, (change(key_values, after),))
 
 
 def normalize(message: DebeziumMessage, options: NormalizeOptions | None = None) -> NormalizeResult:

@@ -62,7 +62,7 @@ MAX_ERROR_MESSAGE_BYTES = 1024
 Headers = tuple[tuple[str, bytes | None], ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class SourceRecord:
     """One consumed record, as plain values."""
 
@@ -73,6 +73,25 @@ class SourceRecord:
     value: bytes | None
     timestamp_ms: int | None = None
     headers: Headers = ()
+
+    # Written out: mypyc compiles it; the one dataclass generates stays interpreted.
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int | None = None,
+        headers: Headers = (),
+    ) -> None:
+        object.__setattr__(self, "topic", topic)
+        object.__setattr__(self, "partition", partition)
+        object.__setattr__(self, "offset", offset)
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "timestamp_ms", timestamp_ms)
+        object.__setattr__(self, "headers", headers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +126,7 @@ SchemaLookup = Callable[[int], AvroWriter]
 """Schema id -> writer; raises WireFormatError for an unknown id, RetryableError if unreachable."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ChangeOut:
     """One change record to write. ``key`` is None for TRUNCATE (null Kafka key).
 
@@ -122,12 +141,33 @@ class ChangeOut:
     key: dict[str, Any] | None
     value: dict[str, Any]
 
+    # Written out: mypyc compiles it; the one dataclass generates stays interpreted.
+    def __init__(
+        self,
+        topic: str,
+        table: TableId,
+        op: Operation,
+        schema: TableSchema | None,
+        key: dict[str, Any] | None,
+        value: dict[str, Any],
+    ) -> None:
+        object.__setattr__(self, "topic", topic)
+        object.__setattr__(self, "table", table)
+        object.__setattr__(self, "op", op)
+        object.__setattr__(self, "schema", schema)
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "value", value)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(frozen=True, slots=True, init=False)
 class Emit:
     """Write these change records (one per source record today)."""
 
     changes: tuple[ChangeOut, ...]
+
+    # Written out: mypyc compiles it; the one dataclass generates stays interpreted.
+    def __init__(self, changes: tuple[ChangeOut, ...]) -> None:
+        object.__setattr__(self, "changes", changes)
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,12 +67,17 @@ class PositionKind(StrEnum):
     FALLBACK = "fallback"
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@dataclass(frozen=True, slots=True, order=True, init=False)
 class SourcePosition:
     """A source position: ``components`` compare like the rendered ``text``."""
 
     components: tuple[int, ...]
     kind: PositionKind
+
+    # Written out: mypyc compiles it; the one dataclass generates stays interpreted.
+    def __init__(self, components: tuple[int, ...], kind: PositionKind) -> None:
+        object.__setattr__(self, "components", components)
+        object.__setattr__(self, "kind", kind)
 
     @property
     def text(self) -> str:
