@@ -112,7 +112,7 @@ class NormalizerService:
             clock_ms=_now_ms,
             dead_letter_topic=settings.dead_letter_topic,
             max_record_bytes=settings.max_record_bytes,
-            wants_topic=settings.wants_topic,
+            wants_topic=settings.topic_filter(),
         )
 
     # -- lifecycle -------------------------------------------------------------------------

@@ -439,6 +439,20 @@ def test_settings_select_debezium_topics_only() -> None:
         NormalizerSettings(include_pattern="shop\\..*")
 
 
+_TOPIC_PARTS = st.sampled_from(
+    ["shop", "icefjord", "changes", "inventory", "transaction", "__debezium-heartbeat", "x"]
+)
+
+
+@given(st.lists(st.lists(_TOPIC_PARTS, min_size=1, max_size=4).map(".".join), max_size=30))
+def test_topic_filter_decides_like_the_settings(topics: list[str]) -> None:
+    settings = NormalizerSettings(exclude_patterns=("^shop\\.inventory\\.x$", "\\.changes\\."))
+    wanted = settings.topic_filter()
+    wanted.SIZE = 3  # the memo is cleared along the way, and asked again after
+    for topic in topics + topics:
+        assert wanted(topic) == settings.wants_topic(topic), topic
+
+
 def test_invalid_settings_exit_2_before_touching_kafka(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
