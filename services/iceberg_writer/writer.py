@@ -19,7 +19,7 @@ import os
 import threading
 import time
 import uuid
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -184,6 +184,8 @@ class Writer:
             else None
         )
         self.freshness_samples: deque[float] = deque(maxlen=200_000)  # seconds, for benchmarks
+        # The per-record counter's children, so a record does not look its labels up.
+        self._received: dict[tuple[str, Op], Any] = {}
 
     # -- start ----------------------------------------------------------------------------
 
@@ -705,7 +707,11 @@ class Writer:
         state.pending.append(change)
         state.consumed[tp] = offset + 1
         state.clock.added(now)
-        self.metrics.changes_received.labels(state.name, change.op.value).inc()
+        counter = self._received.get((state.name, change.op))
+        if counter is None:
+            counter = self.metrics.changes_received.labels(state.name, change.op.value)
+            self._received[(state.name, change.op)] = counter
+        counter.inc()
 
     def _decode(self, state: TableState, message: Message, schema_id: int) -> Change:
         value = message.value()
@@ -991,18 +997,17 @@ class Writer:
         now_ms = time.time() * 1000
         committed_table = self._store.load(state.name)
         assert committed_table is not None
-        for change in state.pending:
-            self.metrics.freshness.labels(state.name).observe(
-                max(0.0, (now_ms - change.source_ts_ms) / 1000)
-            )
-        for change in plan.changes:
-            self.metrics.changes_applied.labels(state.name, change.op.value).inc()
+        freshness = [max(0.0, (now_ms - c.source_ts_ms) / 1000) for c in state.pending]
+        histogram = self.metrics.freshness.labels(state.name)
+        for seconds_fresh in freshness:
+            histogram.observe(seconds_fresh)
+        for op, count in Counter(change.op for change in plan.changes).items():
+            self.metrics.changes_applied.labels(state.name, op.value).inc(count)
         self.metrics.batch_records.labels(state.name).observe(len(state.pending))
         self.metrics.commit_duration.labels(state.name).observe(seconds)
         self.metrics.commits.labels(state.name, result.path.value).inc()
         self.metrics.last_commit.labels(state.name).set(time.time())
-        freshness = [now_ms - c.source_ts_ms for c in state.pending]
-        self.freshness_samples.extend(max(0.0, f / 1000) for f in freshness)
+        self.freshness_samples.extend(freshness)
         state.committed = offsets
         if state.bounds is not None:
             state.bounds.record(state.pending)
