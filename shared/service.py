@@ -12,6 +12,7 @@ invalid (one line on stderr); a service may add its own, like the writer's 3 (fe
 
 from __future__ import annotations
 
+import gc
 import logging
 import sys
 import threading
@@ -41,6 +42,25 @@ Run = Callable[[S, threading.Event], None]
 ExitRule = tuple[type[BaseException], int, str]
 """An exception the service ends with on purpose, its exit code, and the log message."""
 
+GC_YOUNG_THRESHOLD = 50_000
+"""Container objects a service allocates (net) before the cyclic collector runs (CPython: 700)."""
+
+
+def settle_collector(young: int = GC_YOUNG_THRESHOLD) -> None:
+    """Tune the cyclic garbage collector for a batch loop; :func:`service_main` calls it.
+
+    A batch keeps thousands of containers alive (decoded records, Avro datums) until it
+    commits. At CPython's default threshold the collector ran every 700 of them, promoted
+    them, and walked them again with every long-lived object of the process: 10% of the
+    normalizer's CPU under load. Now what exists at start-up (modules, settings) is frozen
+    out of every collection, and a young generation of ``young`` objects outlives a batch, so
+    a batch's objects die of their reference count before a collection sees them. Cycles are
+    still collected, only later.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(young, 10, 10)
+
 
 def settings_problems(exc: ValidationError) -> str:
     """Every problem of invalid settings on one line: ``field.path: message; ...``."""
@@ -69,6 +89,7 @@ def service_main(
         return EXIT_BAD_SETTINGS
     configure_logging(settings.log_level, settings.log_format)
     log.info(f"{name} starting", extra={"settings": masked(settings)})
+    settle_collector()
     if stop is None:
         stop = threading.Event()
         install_stop_handlers(stop)

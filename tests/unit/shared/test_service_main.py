@@ -2,18 +2,34 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from shared.errors import FatalError, RetryableError
-from shared.service import EXIT_BAD_SETTINGS, EXIT_FATAL, EXIT_OK, service_main
+from shared.service import (
+    EXIT_BAD_SETTINGS,
+    EXIT_FATAL,
+    EXIT_OK,
+    GC_YOUNG_THRESHOLD,
+    service_main,
+)
 from shared.settings import ServiceSettings
 
 pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(autouse=True)
+def collector() -> Iterator[None]:
+    """service_main tunes this process's garbage collector: put it back after each test."""
+    threshold = gc.get_threshold()
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*threshold)
 
 
 class Fenced(RuntimeError):
@@ -48,6 +64,19 @@ def logged(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
 
 def test_a_run_that_returns_is_a_clean_stop() -> None:
     assert main(ending(None)) == EXIT_OK
+
+
+def test_the_run_starts_with_the_start_up_objects_frozen_and_a_large_young_generation() -> None:
+    seen: list[tuple[int, int]] = []
+
+    def run(settings: ServiceSettings, stop: threading.Event) -> None:
+        seen.append((gc.get_freeze_count(), gc.get_threshold()[0]))
+
+    assert gc.get_freeze_count() == 0
+    assert main(run) == EXIT_OK
+    [(frozen, young)] = seen
+    assert frozen > 1000
+    assert young == GC_YOUNG_THRESHOLD
 
 
 def test_fatal_and_os_errors_exit_1_with_one_log_line(capsys: pytest.CaptureFixture[str]) -> None:
