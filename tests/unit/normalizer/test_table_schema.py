@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import io
 from typing import Any
 
@@ -90,7 +90,8 @@ def test_key_schema_is_the_embedded_key_record(pg_message, events) -> None:
 
 def test_schema_text_is_deterministic(pg_message, events) -> None:
     first = _orders(pg_message, events).schema
-    second = copy.deepcopy(first)  # equal, built of other objects
+    # Equal, but other objects: the Avro text is cached per schema object.
+    second = dataclasses.replace(first, row=dataclasses.replace(first.row))
     assert first is not second and first.row is not second.row
     assert value_schema_text(first) == value_schema_text(second)
     assert schema_json(value_schema(first)) == value_schema_text(first)
