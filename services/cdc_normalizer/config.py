@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import socket
+from collections.abc import Callable
 
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
@@ -117,7 +118,7 @@ class NormalizerSettings(ServiceSettings):
 
     def topic_filter(self) -> TopicFilter:
         """:meth:`wants_topic` as the per-record path uses it: decided once per topic."""
-        return TopicFilter(self.include_pattern, self.exclude_patterns)
+        return TopicFilter(self.wants_topic)
 
     def effective_transactional_id(self) -> str:
         """:attr:`transactional_id`, or ``<group_id>-<hostname>``."""
@@ -141,7 +142,7 @@ class NormalizerSettings(ServiceSettings):
 
 
 class TopicFilter:
-    """``filter(topic)`` = :meth:`NormalizerSettings.wants_topic`, remembered per topic name.
+    """``decide(topic)`` remembered per topic name (``decide``: the settings' ``wants_topic``).
 
     Every consumed record asks; with the patterns searched each time that was 5% of the
     service's CPU. Topics are few, so the memo is small; it is cleared if it ever reaches
@@ -150,17 +151,14 @@ class TopicFilter:
 
     SIZE = 4096
 
-    def __init__(self, include_pattern: str, exclude_patterns: tuple[str, ...]) -> None:
-        self._include = re.compile(include_pattern)
-        self._exclude = tuple(re.compile(pattern) for pattern in exclude_patterns)
+    def __init__(self, decide: Callable[[str], bool]) -> None:
+        self._decide = decide
         self._decided: dict[str, bool] = {}
 
     def __call__(self, topic: str) -> bool:
         decided = self._decided.get(topic)
         if decided is None:
-            decided = self._include.search(topic) is not None and not any(
-                pattern.search(topic) for pattern in self._exclude
-            )
+            decided = self._decide(topic)
             if len(self._decided) >= self.SIZE:
                 self._decided.clear()
             self._decided[topic] = decided
