@@ -299,6 +299,11 @@ class TableStore:
         namespace, _, name = table.partition(".")
         return f"{quote(self._catalog_name)}.{quote(namespace)}.{quote(name)}"
 
+    def warm_up(self) -> None:
+        """List the catalog's namespaces through Spark: its first use in a JVM opens the
+        catalog (and its JDBC connection), which the first table creation would pay for."""
+        self._spark.sql(f"SHOW NAMESPACES IN {quote(self._catalog_name)}").collect()
+
     def load(self, table: str) -> Table | None:
         try:
             return self._catalog.load_table(table)

@@ -224,14 +224,18 @@ class Writer:
         self._subscribe()
 
     def warm_up(self) -> None:
-        """Run Spark's write paths once on a throwaway table (``BatchWriter.warm_up``), so the
-        first real commits do not pay for the JVM's first MERGE. Best effort: a failure only
-        means slower first commits."""
+        """Open the catalog in Spark (``TableStore.warm_up``) and run the table creation and
+        write paths once on a throwaway table (``BatchWriter.warm_up``), so the first real
+        table and commits do not pay for the JVM's first use of them. Best effort: a failure
+        only means slower first commits."""
         try:
             paths = [Path.APPEND, Path.MERGE]
             paths += [Path.INSERT] if self.settings.insert_path else []
             paths += [Path.UPSERT] if self.settings.upsert_path else []
-            seconds = self._batch_writer.warm_up(DEFAULT_PROPERTIES, paths)
+            began = time.monotonic()
+            self._store.warm_up()
+            self._batch_writer.warm_up(DEFAULT_PROPERTIES, paths)
+            seconds = time.monotonic() - began
         except Exception as exc:
             log.warning("warm-up failed, first commits will be slower", extra={"error": str(exc)})
             return
@@ -388,7 +392,17 @@ class Writer:
 
     def _commit_copies(self) -> None:
         """Commit every READY copy whose table exists (``commit_parallelism`` at a time),
-        then release those tables' held changes."""
+        then release those tables' held changes.
+
+        A copy still awaited may have become READY while this round read change records
+        and created tables (most of a second for a bulk load's first records): the control
+        topic is read again first, so it is committed in this round, beside the others."""
+        if any(
+            state.bulk is not None and state.bulk.status is not BulkLoadStatus.READY
+            for state in self.tables.values()
+        ):
+            for event in self._control_reader.poll(timeout=0, max_events=500):
+                self._on_control(event)
         ready = [
             (state, state.bulk)
             for state in self.tables.values()
