@@ -31,11 +31,11 @@ status: ## Show each local component and its health
 demo: install ## The main job: PostgreSQL -> Debezium -> Icefjord -> Iceberg, live, then proven equal
 	$(BIN)/icefjord demo
 
-bench: install ## End-to-end benchmark (normalizer compiled, as the image ships it): snapshot, fixed rates, maximum; report.md + bench.png
+bench: install ## End-to-end benchmark (normalizer and writer decoder compiled, as the images ship them): snapshot, fixed rates, maximum; report.md + bench.png
 	@$(MAKE) --no-print-directory compiled || echo "make compiled failed (it needs gcc and the Python headers): the benchmark runs the plain normalizer"
 	$(BIN)/icefjord bench
 
-compiled: install ## The normalizer compiled with mypyc (needs gcc), installed in .icefjord/compiled
+compiled: install ## The normalizer and the writer's Avro decoder compiled with mypyc (needs gcc), in .icefjord/compiled
 	$(BIN)/pip install --quiet 'setuptools==84.2.1'
 	rm -rf build .icefjord/compiled .icefjord/wheels
 	ICEFJORD_MYPYC=1 $(BIN)/pip wheel --quiet --no-deps --no-build-isolation -w .icefjord/wheels .

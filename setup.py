@@ -1,7 +1,8 @@
 """Build hook. Metadata lives in pyproject.toml; this file only adds the compiled build.
 
-With ``ICEFJORD_MYPYC=1`` the cdc-normalizer's per-record modules are compiled with mypyc
-(as black ships its wheels): the same typed Python, about twice as fast per record. It needs
+With ``ICEFJORD_MYPYC=1`` the cdc-normalizer's per-record modules, and the Avro decoder the
+iceberg-writer shares with it, are compiled with mypyc (as black ships its wheels): the same
+typed Python, about twice as fast per record. It needs
 mypy (a dev dependency), gcc and the Python headers, and ``--no-build-isolation`` so mypy
 sees the installed dependencies:
 
@@ -14,10 +15,9 @@ import os
 
 from setuptools import setup
 
-COMPILED = [
+COMPILED = ["shared/avro_decoder.py"] + [
     f"services/cdc_normalizer/{name}.py"
     for name in (
-        "avro_decoder",
         "avro_encoder",
         "caching",
         "connect_schema",

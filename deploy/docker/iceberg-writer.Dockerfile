@@ -21,12 +21,20 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 RUN python -m venv /opt/venv
 COPY deploy/docker/requirements.lock /tmp/requirements.lock
 RUN /opt/venv/bin/pip install --no-deps -r /tmp/requirements.lock
-COPY pyproject.toml README.md /src/
+# The Avro decoder every change record goes through is compiled with mypyc (setup.py), as in
+# the cdc-normalizer image; gcc and mypy stay in this stage.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/*
+COPY pyproject.toml setup.py README.md /src/
 COPY contracts /src/contracts
 COPY shared /src/shared
 COPY services /src/services
 COPY icefjord /src/icefjord
-RUN /opt/venv/bin/pip install --no-deps /src \
+RUN /opt/venv/bin/pip install mypy==2.4.1 setuptools==84.2.1 \
+ && ICEFJORD_MYPYC=1 /opt/venv/bin/pip wheel --no-deps --no-build-isolation -w /tmp/wheels /src \
+ && /opt/venv/bin/pip install --no-deps /tmp/wheels/icefjord-*.whl \
+ && /opt/venv/bin/pip uninstall -y mypy \
  && /opt/venv/bin/python -m compileall -q /opt/venv/lib
 # The jars go on Spark's own classpath, so driver and executors load them with no shipping.
 COPY --from=jars /jars/ /opt/venv/lib/python3.11/site-packages/pyspark/jars/

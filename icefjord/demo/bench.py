@@ -415,8 +415,9 @@ def _machine(load_start: tuple[float, float, float], normalizer: str) -> Machine
 
 
 def normalizer_build(services: Sequence[ServiceProcess]) -> str:
-    """Which normalizer build this run measures, decided before the services start: the
-    figures of a plain CPython run (a build older than the checkout) are not the image's."""
+    """Which build the normalizer (and with it the writer) runs, decided before the services
+    start: the figures of a plain CPython run (a build older than the checkout) are not the
+    images'."""
     for service in services:
         if service.name != "normalizer":
             continue
@@ -450,7 +451,7 @@ def run_bench(settings: LocalSettings, options: BenchOptions, console: Console) 
     notes: list[str] = []
     build = normalizer_build(services)
     if build.startswith("plain CPython"):
-        log(f"the normalizer runs {build}; the image ships the compiled one (make compiled)")
+        log(f"the normalizer and the writer run {build}; the images ship the compiled build")
     try:
         start_services(services, options.service_start_timeout_s, log)
         per_table = math.ceil(options.snapshot_rows / 3)

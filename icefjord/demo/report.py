@@ -36,7 +36,7 @@ class Machine:
     load_end: tuple[float, float, float]
     platform: str
     python: str
-    normalizer: str = ""  # which build of the normalizer ran (compiled or plain, and why)
+    normalizer: str = ""  # which build the normalizer and the writer ran (compiled or plain, why)
 
 
 @dataclass(frozen=True)
@@ -290,7 +290,7 @@ def render_markdown(report: BenchReport, chart: str | None, chart_problem: str |
         f"- cores: {m.cores}; load average (1/5/15 min) at the start {_load(m.load_start)}, "
         f"at the end {_load(m.load_end)}",
         f"- {m.platform}; Python {m.python}",
-        *([f"- normalizer: {m.normalizer}"] if m.normalizer else []),
+        *([f"- normalizer and writer: {m.normalizer}"] if m.normalizer else []),
         f"- command: `{report.command}`",
         "",
         "## How it is measured",

@@ -1,11 +1,12 @@
-"""The normalizer's mypyc build (``make compiled``) for the local stack, used only while fresh.
+"""The mypyc build (``make compiled``) for the local stack, used only while fresh.
 
-``make compiled`` installs the whole wheel (every package, the normalizer's per-record modules
-compiled) into ``<state_dir>/compiled``. The local stack runs the normalizer from there when
-that copy is *fresh*: every source file of the packages the normalizer imports is present in
-the build byte for byte, and every source file the build holds still exists unchanged. A
-checkout edited after the build is never hidden behind an old build: it runs plain CPython,
-and the reason is logged. No stamp file to forget: the wheel carries its own sources.
+``make compiled`` installs the whole wheel (every package; the normalizer's per-record modules
+and the shared Avro decoder compiled) into ``<state_dir>/compiled``. The local stack runs the
+normalizer and the writer from there when that copy is *fresh*: every source file of the
+packages they import is present in the build byte for byte, and every source file the build
+holds still exists unchanged. A checkout edited after the build is never hidden behind an old
+build: it runs plain CPython, and the reason is logged. No stamp file to forget: the wheel
+carries its own sources.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-# What the normalizer imports, and the files of them the wheel carries (package data too).
+# What the compiled services import; the wheel carries these files (package data too).
 PACKAGES = ("services", "shared", "contracts")
 SOURCE_SUFFIXES = frozenset({".py", ".avsc", ".json", ".toml", ".yaml", ".xml", ".properties"})
 # One per-record module that must be an extension module, or the build is not compiled.

@@ -53,6 +53,9 @@ MAINTAINER = ServiceSpec(
     uses_spark=True,
 )
 SERVICES = (NORMALIZER, WATCHER, WRITER, MAINTAINER)
+# The services with per-record code in the mypyc build (setup.py): the normalizer's modules,
+# and the Avro decoder the writer reads every change record with.
+COMPILED_SERVICES = (NORMALIZER, WRITER)
 SERVICE_NAMES = tuple(s.name for s in SERVICES)
 
 
@@ -213,21 +216,22 @@ def service_processes(
             extra=(extra_env or {}).get(name),
         )
         process = ServiceProcess(spec, settings, env)
-        if spec is NORMALIZER:
-            choose_normalizer_build(process, settings)
+        if spec in COMPILED_SERVICES:
+            choose_build(process, settings)
         out.append(process)
     return out
 
 
-def choose_normalizer_build(process: ServiceProcess, settings: LocalSettings) -> None:
-    """Run ``process`` (the normalizer) from the mypyc build when it is fresh, else plain.
+def choose_build(process: ServiceProcess, settings: LocalSettings) -> None:
+    """Run ``process`` (one of :data:`COMPILED_SERVICES`) from the mypyc build when it is
+    fresh, else plain.
 
     The build directory goes first on ``PYTHONPATH`` and is the working directory too:
     ``python -m`` puts the working directory first on ``sys.path``, and from the checkout
     that would be the plain sources.
     """
-    if not settings.compiled_normalizer:
-        process.build = "plain CPython (compiled_normalizer is off)"
+    if not settings.compiled_services:
+        process.build = "plain CPython (compiled_services is off)"
         return
     build = compiled_build(settings.state / "compiled", checkout_root())
     if not build.fresh:

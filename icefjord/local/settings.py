@@ -52,10 +52,10 @@ class LocalSettings(BaseSettings):
     connect_heap: str = "512m"
     debezium_version: str = "3.2.3.Final"
     normalizer_port: int = 9401
-    compiled_normalizer: bool = Field(
+    compiled_services: bool = Field(
         default=True,
-        description="Run the normalizer from <state_dir>/compiled (make compiled) while that "
-        "build matches the sources; false: always plain CPython.",
+        description="Run the normalizer and the writer from <state_dir>/compiled (make "
+        "compiled) while that build matches the sources; false: always plain CPython.",
     )
     watcher_port: int = 9402
     writer_port: int = 9403

@@ -25,7 +25,6 @@ from typing import Any
 
 import fastavro
 
-from services.cdc_normalizer.avro_decoder import AvroDecoder
 from services.cdc_normalizer.connect_schema import ConnectSchema, connect_schema_from_avro
 from services.cdc_normalizer.errors import InvalidSchema, NormalizeError
 from services.cdc_normalizer.normalize import (
@@ -40,6 +39,7 @@ from services.cdc_normalizer.normalize import (
 )
 from services.cdc_normalizer.table_schema import TableId, TableSchema
 from shared.avro import MAGIC_BYTE, WireFormatError, split_header
+from shared.avro_decoder import AvroDecoder
 from shared.settings import CHANGES_TOPIC_PREFIX
 
 # Dead-letter header names, as contracts/topics.toml lists them for icefjord.deadletter.

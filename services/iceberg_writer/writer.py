@@ -72,6 +72,7 @@ from services.iceberg_writer.tables import (
 )
 from services.iceberg_writer.types import row_converters, row_record
 from shared.avro import AvroCodec, WireFormatError, split_header
+from shared.avro_decoder import AvroDecoder
 from shared.control import ControlPublisher, ControlReader
 from shared.errors import FatalError, RetryableError
 from shared.events import (
@@ -94,6 +95,8 @@ TOPIC_PREFIX = "icefjord.changes."
 TP = tuple[str, int]
 CONSUME_BATCH = 5000  # change records taken per consume call
 COPY_POSITION = "0" * 20  # a bulk copy's rows: before every change of the stream they precede
+# The change record's fields _decode reads; the others are skipped (AvroDecoder).
+DECODED = frozenset({"op", "position", "source_ts_ms", "key", "after"})
 TAKE_WAITING_S = 2.0  # longest a due commit waits while already-fetched records are taken
 
 
@@ -174,6 +177,7 @@ class Writer:
         self._commit_events_seen: set[str] = set()
         self.bulk_loads: dict[str, BulkLoad] = {}  # the newest BulkLoad event per table
         self._raw_schemas: dict[int, dict[str, Any]] = {}
+        self._decoders: dict[int, AvroDecoder] = {}
         self._paused_all = False
         self._last_lag = 0.0
         self.commits = 0
@@ -731,10 +735,14 @@ class Writer:
         value = message.value()
         assert value is not None
         writer = self._codec.writer_schema(schema_id)
-        reader = None if schema_id == state.current_id else state.reader
         _, body = split_header(value)
+        # An older version is resolved into the current schema by fastavro.
+        decoder = self._decoder(schema_id, writer) if schema_id == state.current_id else None
         try:
-            decoded: Any = fastavro.schemaless_reader(io.BytesIO(body), writer, reader)
+            if decoder is not None:
+                decoded: Any = decoder.decode(body)
+            else:
+                decoded = fastavro.schemaless_reader(io.BytesIO(body), writer, state.reader)
         except Exception as exc:  # fastavro raises many kinds on corrupt input
             raise WireFormatError(f"body does not match schema {schema_id}: {exc}") from exc
         record: dict[str, Any] = decoded
@@ -758,6 +766,18 @@ class Writer:
             offset=message.offset(),
             schema_id=schema_id,
         )
+
+    def _decoder(self, schema_id: int, parsed: Any) -> AvroDecoder:
+        """The decoder of ``schema_id``'s change records, skipping the fields a commit does
+        not use (``source``, ``tx_id``: a third of decoding, 22 -> 15 us an ``orders``
+        record in plain CPython, 7 us compiled)."""
+        decoder = self._decoders.get(schema_id)
+        if decoder is None:
+            raw = self._raw_schema(schema_id)
+            unused = [str(f["name"]) for f in raw.get("fields", []) if f.get("name") not in DECODED]
+            decoder = AvroDecoder(raw, parsed, unused)
+            self._decoders[schema_id] = decoder
+        return decoder
 
     # -- schema versions ------------------------------------------------------------------
 

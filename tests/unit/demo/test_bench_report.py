@@ -101,7 +101,7 @@ def test_markdown_has_goals_phases_machine_and_verdict() -> None:
     assert rows[2].endswith("**met** |")
     assert "| max | max |" in text
     assert "cores: 2" in text and "3.25 / 2.00 / 1.00" in text
-    assert "- normalizer: compiled with mypyc" in text
+    assert "- normalizer and writer: compiled with mypyc" in text
     assert "`icefjord bench pipeline --rates 1000`" in text
     assert "every Iceberg table equals its source" in text
     assert "![freshness and throughput over time](bench.png)" in text

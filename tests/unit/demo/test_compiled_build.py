@@ -88,7 +88,7 @@ def test_checkout_root_is_the_directory_holding_the_imported_services() -> None:
 
 def local_settings(tmp_path: Path, compiled: bool = True) -> LocalSettings:
     return LocalSettings(
-        state_dir=tmp_path / "state", cache_dir=tmp_path / "cache", compiled_normalizer=compiled
+        state_dir=tmp_path / "state", cache_dir=tmp_path / "cache", compiled_services=compiled
     )
 
 
@@ -101,19 +101,23 @@ def stack_with_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[P
     return checkout, settings
 
 
-def test_the_normalizer_runs_from_a_fresh_build_and_only_the_normalizer(
+def test_the_normalizer_and_the_writer_run_from_a_fresh_build_and_only_they(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, settings = stack_with_build(tmp_path, monkeypatch)
     monkeypatch.setenv("PYTHONPATH", "/opt/extra")
-    normalizer, writer = service_processes(settings, ["normalizer", "writer"])
+    normalizer, watcher, writer, maintainer = service_processes(
+        settings, ["normalizer", "watcher", "writer", "maintainer"]
+    )
     build = settings.state / "compiled"
-    assert normalizer.env["PYTHONPATH"].split(":") == [str(build), "/opt/extra"]
-    # python -m puts the working directory first on sys.path: it must be the build too.
-    assert normalizer.cwd == build
-    assert normalizer.build == "compiled with mypyc"
-    assert writer.cwd is None
-    assert "PYTHONPATH" not in writer.env
+    for compiled in (normalizer, writer):
+        assert compiled.env["PYTHONPATH"].split(":") == [str(build), "/opt/extra"]
+        # python -m puts the working directory first on sys.path: it must be the build too.
+        assert compiled.cwd == build
+        assert compiled.build == "compiled with mypyc"
+    for plain in (watcher, maintainer):
+        assert plain.cwd is None
+        assert "PYTHONPATH" not in plain.env
 
 
 def test_a_stale_build_or_the_setting_off_runs_plain_and_says_why(

@@ -1,9 +1,12 @@
-"""Avro binary decoding of Debezium input, compiled once per writer schema.
+"""Avro binary decoding, compiled once per writer schema: the normalizer's Debezium input
+(Avro converters) and the writer's change records.
 
 :class:`AvroDecoder` walks a writer schema once and keeps a reader function per node, so
 decoding a record is a chain of direct calls. In plain CPython that is about as fast as
 ``fastavro.schemaless_reader``; compiled (mypyc) it is several times faster, which is why it
-exists: see the Speed section of this service's README.
+exists: see the Speed section of the normalizer's README. Top-level fields a caller does not
+use can be skipped: read past without building their values (the writer skips a change
+record's ``source`` map, a third of its decoding).
 
 The result is fastavro's, value for value: the same dicts, lists, ``Decimal`` (read with the
 schema's precision), ``date``, ``time``, UTC or naive ``datetime`` and ``UUID``. Each reader
@@ -22,7 +25,7 @@ import io
 import json
 import struct
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import fastavro
@@ -51,12 +54,30 @@ class AvroDecoder:
 
     ``parsed`` is the fastavro-parsed form of the same schema, used for the fallback.
     :meth:`decode` raises what ``fastavro.schemaless_reader`` raises for a body it cannot read.
+
+    ``skip`` names fields of a record schema to leave out of the result. They are read past,
+    not built, exactly as fastavro does with a reader schema without them (their structure is
+    checked, their contents are not, e.g. a skipped string's UTF-8): the result and any error
+    are that reader's. Where that reader schema is not valid on its own (a skipped field
+    defines a named type that a kept one uses), the skipped fields are read and dropped.
     """
 
-    def __init__(self, schema: Any, parsed: Any) -> None:
+    def __init__(self, schema: Any, parsed: Any, skip: Collection[str] = ()) -> None:
         self._parsed = parsed
+        self._reader: Any = None
+        self._drop: tuple[str, ...] = ()
+        plain = json.loads(json.dumps(schema))
+        skipped = frozenset(skip) & _field_names(plain)
+        if skipped:
+            try:
+                projected = dict(plain)
+                projected["fields"] = [f for f in plain["fields"] if f["name"] not in skipped]
+                self._reader = fastavro.parse_schema(projected)
+            except Exception:  # a kept field uses a name only a skipped one defines
+                self._drop = tuple(sorted(skipped))
+                skipped = frozenset()
         try:
-            self._read = _Compiler().compile(json.loads(json.dumps(schema)), None)
+            self._read = _Compiler().compile(plain, None, skipped)
         except Exception:  # a schema shape not compiled here: fastavro reads every body
             self._read = _always_fallback
 
@@ -66,10 +87,24 @@ class AvroDecoder:
         try:
             value, end = self._read(data, 0)
             if end == len(data):
-                return value
+                return self._dropped(value)
         except Exception:  # any surprise: fastavro decides, with its own result or error
             pass
-        return fastavro.schemaless_reader(io.BytesIO(data), self._parsed, None)
+        return self._dropped(
+            fastavro.schemaless_reader(io.BytesIO(data), self._parsed, self._reader)
+        )
+
+    def _dropped(self, value: Any) -> Any:
+        for name in self._drop:
+            value.pop(name, None)
+        return value
+
+
+def _field_names(schema: Any) -> frozenset[str]:
+    """The field names of a record schema; empty for any other."""
+    if not isinstance(schema, dict) or schema.get("type") not in ("record", "error"):
+        return frozenset()
+    return frozenset(str(field["name"]) for field in schema.get("fields", []))
 
 
 def _always_fallback(data: bytes, position: int) -> tuple[Any, int]:
@@ -147,6 +182,32 @@ def _read_string(data: bytes, position: int) -> tuple[Any, int]:
     return data[position:end].decode(), end
 
 
+def _skip_bytes(data: bytes, position: int) -> tuple[Any, int]:
+    size, position = read_long(data, position)
+    end = position + size
+    if size < 0 or end > len(data):
+        raise _Fallback
+    return None, end
+
+
+def _skip_boolean(data: bytes, position: int) -> tuple[Any, int]:
+    if position >= len(data):
+        raise _Fallback
+    return None, position + 1
+
+
+def _skip_float(data: bytes, position: int) -> tuple[Any, int]:
+    if position + 4 > len(data):
+        raise _Fallback
+    return None, position + 4
+
+
+def _skip_double(data: bytes, position: int) -> tuple[Any, int]:
+    if position + 8 > len(data):
+        raise _Fallback
+    return None, position + 8
+
+
 _PRIMITIVES: dict[str, _Read] = {
     "null": _read_null,
     "boolean": _read_boolean,
@@ -220,6 +281,19 @@ def _uuid(schema: dict[str, Any]) -> _Read:
     return read
 
 
+# Skipping checks only what fastavro's skipping does: lengths, union and enum indexes, bytes
+# in range. A boolean's byte, an int's width and strings' UTF-8 go unchecked.
+_SKIPS: dict[str, _Read] = {
+    "null": _read_null,
+    "boolean": _skip_boolean,
+    "int": read_long,
+    "long": read_long,
+    "float": _skip_float,
+    "double": _skip_double,
+    "bytes": _skip_bytes,
+    "string": _skip_bytes,
+}
+
 _LOGICAL: dict[str, Callable[[dict[str, Any]], _Read]] = {
     "bytes-decimal": _decimal,
     "int-date": _date,
@@ -238,8 +312,12 @@ class _Compiler:
 
     def __init__(self) -> None:
         self._named: dict[str, _Read] = {}
+        self._named_skips: dict[str, _Read] = {}
 
-    def compile(self, schema: Any, namespace: str | None) -> _Read:
+    def compile(
+        self, schema: Any, namespace: str | None, skip: frozenset[str] = frozenset()
+    ) -> _Read:
+        """The reader of ``schema``; a record leaves out its fields named in ``skip``."""
         if isinstance(schema, list):
             return self._union(schema, namespace)
         if isinstance(schema, str):
@@ -256,7 +334,7 @@ class _Compiler:
         if isinstance(logical, str) and f"{kind}-{logical}" in _LOGICAL:
             return _LOGICAL[f"{kind}-{logical}"](schema)
         if kind == "record" or kind == "error":
-            return self._record(schema, namespace)
+            return self._record(schema, namespace, skip)
         if kind == "enum":
             return self._enum(schema, namespace)
         if kind == "array":
@@ -274,9 +352,10 @@ class _Compiler:
         space = schema.get("namespace", namespace)
         return (f"{space}.{name}" if space else name), space or None
 
-    def _record(self, schema: dict[str, Any], namespace: str | None) -> _Read:
+    def _record(self, schema: dict[str, Any], namespace: str | None, skip: frozenset[str]) -> _Read:
         full, space = self._full_name(schema, namespace)
         fields: list[tuple[str, _Read]] = []
+        kept: list[bool] = []
 
         def read(data: bytes, position: int) -> tuple[Any, int]:
             record: dict[str, Any] = {}
@@ -284,10 +363,62 @@ class _Compiler:
                 record[name], position = read_field(data, position)
             return record, position
 
+        def read_kept(data: bytes, position: int) -> tuple[Any, int]:
+            record: dict[str, Any] = {}
+            value: Any = None
+            for (name, read_field), keep in zip(fields, kept, strict=True):
+                value, position = read_field(data, position)
+                if keep:
+                    record[name] = value
+            return record, position
+
         self._named[full] = read  # registered first: a record may refer to itself
         for field in schema["fields"]:
-            fields.append((field["name"], self.compile(field["type"], space)))
-        return read
+            reader = self.compile(field["type"], space)  # defines the names it holds
+            if field["name"] in skip:
+                reader = self.skipper(field["type"], space)
+            fields.append((field["name"], reader))
+            kept.append(field["name"] not in skip)
+        return read_kept if skip else read
+
+    def skipper(self, schema: Any, namespace: str | None) -> _Read:
+        """A reader that moves past a value of ``schema`` without building it (returns
+        None); anything it does not know (``fixed``, blocks with sizes) falls back."""
+        if isinstance(schema, list):
+            return _skip_union(tuple(self.skipper(branch, namespace) for branch in schema))
+        if isinstance(schema, str):
+            if schema in _SKIPS:
+                return _SKIPS[schema]
+            full = schema if "." in schema or not namespace else f"{namespace}.{schema}"
+            return self._named_skips.get(full, _always_fallback)
+        if not isinstance(schema, dict):
+            return _always_fallback
+        kind = schema.get("type")
+        if isinstance(kind, (dict, list)):
+            return self.skipper(kind, namespace)
+        if kind == "record" or kind == "error":
+            full, space = self._full_name(schema, namespace)
+            parts: list[_Read] = []
+
+            def skip_record(data: bytes, position: int) -> tuple[Any, int]:
+                for part in parts:
+                    _, position = part(data, position)
+                return None, position
+
+            self._named_skips[full] = skip_record
+            parts.extend(self.skipper(field["type"], space) for field in schema["fields"])
+            return skip_record
+        if kind == "enum":
+            full, _ = self._full_name(schema, namespace)
+            self._named_skips[full] = read_long
+            return read_long
+        if kind == "array":
+            return _skip_blocks(None, self.skipper(schema.get("items"), namespace))
+        if kind == "map":
+            return _skip_blocks(_skip_bytes, self.skipper(schema.get("values"), namespace))
+        if isinstance(kind, str) and kind in _SKIPS:
+            return _SKIPS[kind]
+        return _always_fallback
 
     def _enum(self, schema: dict[str, Any], namespace: str | None) -> _Read:
         full, _ = self._full_name(schema, namespace)
@@ -360,3 +491,31 @@ def _map(read_value: _Read) -> _Read:
         return entries, position
 
     return read
+
+
+def _skip_union(skips: tuple[_Read, ...]) -> _Read:
+    def skip(data: bytes, position: int) -> tuple[Any, int]:
+        index, position = read_long(data, position)
+        if not 0 <= index < len(skips):
+            raise _Fallback
+        return skips[index](data, position)
+
+    return skip
+
+
+def _skip_blocks(skip_key: _Read | None, skip_item: _Read) -> _Read:
+    """An array's (no key) or a map's items, block by block."""
+
+    def skip(data: bytes, position: int) -> tuple[Any, int]:
+        count, position = read_long(data, position)
+        while count:
+            if count < 0:  # a block with its byte size: rare, left to fastavro
+                raise _Fallback
+            for _ in range(count):
+                if skip_key is not None:
+                    _, position = skip_key(data, position)
+                _, position = skip_item(data, position)
+            count, position = read_long(data, position)
+        return None, position
+
+    return skip

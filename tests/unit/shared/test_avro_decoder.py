@@ -17,7 +17,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from services.cdc_normalizer.avro_decoder import AvroDecoder, read_long
+from shared.avro_decoder import AvroDecoder, read_long
 
 pytestmark = pytest.mark.unit
 
@@ -275,3 +275,68 @@ def test_every_leading_byte_reads_like_fastavro(schema: Any) -> None:
     for first in range(256):
         for body in (bytes([first]) + b"a" * (first >> 1), bytes([first, 4]) + b"ab"):
             assert_reads_like_fastavro(schema, body)
+
+
+def record_schemas() -> st.SearchStrategy[Any]:
+    return st.lists(avro_types(), min_size=1, max_size=5).map(
+        lambda types: {
+            "type": "record",
+            "name": next(_names),
+            "fields": [{"name": f"f{i}", "type": t} for i, t in enumerate(types)],
+        }
+    )
+
+
+def expected_without(schema: Any, body: bytes, skip: set[str]) -> tuple[str, Any]:
+    """What fastavro reads with a reader schema that leaves ``skip`` out, or, where that
+    schema is not valid alone, its full result without them."""
+    parsed = fastavro.parse_schema(schema)
+    kept = [f for f in schema["fields"] if f["name"] not in skip]
+    try:
+        reader = fastavro.parse_schema({**schema, "fields": kept})
+    except Exception:  # a kept field names a type only a skipped one defines
+        full = outcome(lambda: fastavro.schemaless_reader(io.BytesIO(body), parsed, None))
+        if full[0] == "ok":
+            full = ("ok", {k: v for k, v in full[1].items() if k not in skip})
+        return full
+    return outcome(lambda: fastavro.schemaless_reader(io.BytesIO(body), parsed, reader))
+
+
+@settings(max_examples=300)
+@given(data=st.data(), schema=record_schemas())
+def test_skipped_fields_read_like_fastavro_without_them(data: st.DataObject, schema: Any) -> None:
+    names = [f["name"] for f in schema["fields"]]
+    skip = data.draw(st.sets(st.sampled_from(names)))
+    body = bytearray(encoded(schema, data.draw(datums(schema))))
+    damage = data.draw(st.sampled_from(["none", "truncate", "append", "flip"]))
+    if damage == "truncate" and body:
+        del body[data.draw(st.integers(0, len(body) - 1)) :]
+    elif damage == "append":
+        body += data.draw(st.binary(min_size=1, max_size=3))
+    elif damage == "flip" and body:
+        body[data.draw(st.integers(0, len(body) - 1))] ^= data.draw(st.integers(1, 255))
+    expected = expected_without(schema, bytes(body), skip)
+    decoder = AvroDecoder(schema, fastavro.parse_schema(schema), skip)
+    actual = outcome(lambda: decoder.decode(bytes(body)))
+    assert actual[0] == expected[0], (actual, expected)
+    if expected[0] == "ok":
+        assert same(actual[1], expected[1]), (actual, expected)
+    else:
+        assert actual[1] == expected[1]
+
+
+def test_a_skipped_map_is_read_past_and_left_out() -> None:
+    """The writer's case: a change record's ``source`` map between the fields it reads."""
+    schema = {
+        "type": "record",
+        "name": "Change",
+        "fields": [
+            {"name": "op", "type": "string"},
+            {"name": "source", "type": {"type": "map", "values": "string"}},
+            {"name": "tx_id", "type": ["null", "string"]},
+            {"name": "after", "type": ["null", {"type": "long", "logicalType": "date"}]},
+        ],
+    }
+    datum = {"op": "UPDATE", "source": {"lsn": "42", "db": "shop"}, "tx_id": "7", "after": None}
+    decoder = AvroDecoder(schema, fastavro.parse_schema(schema), {"source", "tx_id", "absent"})
+    assert decoder.decode(encoded(schema, datum)) == {"op": "UPDATE", "after": None}
