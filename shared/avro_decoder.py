@@ -307,6 +307,11 @@ _LOGICAL: dict[str, Callable[[dict[str, Any]], _Read]] = {
 }
 
 
+def _reference(name: str, namespace: str | None) -> str:
+    """The full name a type reference ``name`` means inside ``namespace``."""
+    return name if "." in name or not namespace else f"{namespace}.{name}"
+
+
 class _Compiler:
     """Builds readers, resolving named types (records, enums) by their Avro full names."""
 
@@ -323,8 +328,7 @@ class _Compiler:
         if isinstance(schema, str):
             if schema in _PRIMITIVES:
                 return _PRIMITIVES[schema]
-            full = schema if "." in schema or not namespace else f"{namespace}.{schema}"
-            return self._named.get(full, _always_fallback)
+            return self._named.get(_reference(schema, namespace), _always_fallback)
         if not isinstance(schema, dict):
             return _always_fallback
         kind = schema.get("type")
@@ -389,8 +393,7 @@ class _Compiler:
         if isinstance(schema, str):
             if schema in _SKIPS:
                 return _SKIPS[schema]
-            full = schema if "." in schema or not namespace else f"{namespace}.{schema}"
-            return self._named_skips.get(full, _always_fallback)
+            return self._named_skips.get(_reference(schema, namespace), _always_fallback)
         if not isinstance(schema, dict):
             return _always_fallback
         kind = schema.get("type")

@@ -184,15 +184,21 @@ def test_reads_what_fastavro_reads(data: st.DataObject, schema: Any) -> None:
 @settings(max_examples=200)
 @given(data=st.data(), schema=avro_types())
 def test_damaged_bodies_fail_or_read_like_fastavro(data: st.DataObject, schema: Any) -> None:
-    body = bytearray(encoded(schema, data.draw(datums(schema))))
-    damage = data.draw(st.sampled_from(["truncate", "append", "flip"]))
-    if damage == "truncate" and body:
-        del body[data.draw(st.integers(0, len(body) - 1)) :]
+    body = damaged(data, encoded(schema, data.draw(datums(schema))), ["truncate", "append", "flip"])
+    assert_reads_like_fastavro(schema, body)
+
+
+def damaged(data: st.DataObject, body: bytes, kinds: list[str]) -> bytes:
+    """``body`` truncated, with bytes appended, with one byte flipped, or as it is ("none")."""
+    out = bytearray(body)
+    damage = data.draw(st.sampled_from(kinds))
+    if damage == "truncate" and out:
+        del out[data.draw(st.integers(0, len(out) - 1)) :]
     elif damage == "append":
-        body += data.draw(st.binary(min_size=1, max_size=3))
-    elif body:
-        body[data.draw(st.integers(0, len(body) - 1))] ^= data.draw(st.integers(1, 255))
-    assert_reads_like_fastavro(schema, bytes(body))
+        out += data.draw(st.binary(min_size=1, max_size=3))
+    elif damage == "flip" and out:
+        out[data.draw(st.integers(0, len(out) - 1))] ^= data.draw(st.integers(1, 255))
+    return bytes(out)
 
 
 @settings(max_examples=200)
@@ -307,17 +313,11 @@ def expected_without(schema: Any, body: bytes, skip: set[str]) -> tuple[str, Any
 def test_skipped_fields_read_like_fastavro_without_them(data: st.DataObject, schema: Any) -> None:
     names = [f["name"] for f in schema["fields"]]
     skip = data.draw(st.sets(st.sampled_from(names)))
-    body = bytearray(encoded(schema, data.draw(datums(schema))))
-    damage = data.draw(st.sampled_from(["none", "truncate", "append", "flip"]))
-    if damage == "truncate" and body:
-        del body[data.draw(st.integers(0, len(body) - 1)) :]
-    elif damage == "append":
-        body += data.draw(st.binary(min_size=1, max_size=3))
-    elif damage == "flip" and body:
-        body[data.draw(st.integers(0, len(body) - 1))] ^= data.draw(st.integers(1, 255))
-    expected = expected_without(schema, bytes(body), skip)
+    kinds = ["none", "truncate", "append", "flip"]
+    body = damaged(data, encoded(schema, data.draw(datums(schema))), kinds)
+    expected = expected_without(schema, body, skip)
     decoder = AvroDecoder(schema, fastavro.parse_schema(schema), skip)
-    actual = outcome(lambda: decoder.decode(bytes(body)))
+    actual = outcome(lambda: decoder.decode(body))
     assert actual[0] == expected[0], (actual, expected)
     if expected[0] == "ok":
         assert same(actual[1], expected[1]), (actual, expected)
