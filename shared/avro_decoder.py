@@ -13,7 +13,7 @@ schema's precision), ``date``, ``time``, UTC or naive ``datetime`` and ``UUID``.
 handles only well-formed input of the common types; anything else (a truncated body, trailing
 bytes, a varint past 64 bits, a value a logical type cannot hold, ``fixed``, an unresolvable
 name) makes the decoder hand the whole body to fastavro, which then returns or raises exactly
-what it always did. ``tests/unit/normalizer/test_avro_decoder.py`` checks the equality on
+what it always did. ``tests/unit/shared/test_avro_decoder.py`` checks the equality on
 random schemas and data.
 """
 

@@ -769,8 +769,8 @@ class Writer:
 
     def _decoder(self, schema_id: int, parsed: Any) -> AvroDecoder:
         """The decoder of ``schema_id``'s change records, skipping the fields a commit does
-        not use (``source``, ``tx_id``: a third of decoding, 22 -> 15 us an ``orders``
-        record in plain CPython, 7 us compiled)."""
+        not use (``source``, ``tx_id``). The benchmark's ``orders`` record: fastavro 22 us,
+        this decoder 13 us in plain CPython and 7 us compiled."""
         decoder = self._decoders.get(schema_id)
         if decoder is None:
             raw = self._raw_schema(schema_id)
