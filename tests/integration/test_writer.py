@@ -256,7 +256,9 @@ def test_snapshot_reads_into_a_table_with_rows_insert_only_the_missing_keys(
 
     table = change_topic.removeprefix("icefjord.changes.")
     schema = change_schema(*table.split("."))
-    writer = start_writer(writer_settings(stack, change_topic, insert_path=True))
+    # Each send lands in one batch: split, the older reads' second batch would meet the
+    # first one's rows (now the oldest stored) and rightly take the MERGE path.
+    writer = start_writer(writer_settings(stack, change_topic, insert_path=True, min_batch_s=2.0))
     producer = producer_for(stack, change_topic)
     stored = [Event(1000 + k, "READ", k, name=f"stored {k}") for k in range(1, 101)]
     producer.send(schema, stored)
