@@ -76,3 +76,11 @@ def test_topics_schemas_and_tables_survive_down_and_up(
     assert json.loads(fetched.schema_str or "{}") == schema
     reloaded = open_catalog(stack.catalog).load_table(f"{namespace}.t")
     assert sorted(reloaded.scan().to_arrow()["id"].to_pylist()) == [1, 2, 3]
+
+
+def test_the_spark_jvm_runs_the_throughput_collector(spark: Any) -> None:
+    """SparkSettings.java_options reach the driver JVM (pyspark starts it through
+    spark-submit): its collectors are ParallelGC's, not G1's (Java 17's default)."""
+    beans = spark.sparkContext._jvm.java.lang.management.ManagementFactory
+    names = sorted(str(bean.getName()) for bean in beans.getGarbageCollectorMXBeans())
+    assert names == ["PS MarkSweep", "PS Scavenge"]
