@@ -75,6 +75,8 @@ _INT_RANGES = {
 }
 _FLOAT_WORDS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _INVALID_NAME_CHAR = re.compile(r"[^A-Za-z0-9_]")
+# PostgreSQL's (and Debezium's) text of a uuid: lower-case hex in 8-4-4-4-12 groups.
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 AvroType = Any  # Avro schema JSON: a str, a dict or a list
 
@@ -475,6 +477,8 @@ def _to_utc_timestamp(name: str, value: Any, where: str) -> dt.datetime:
 
 
 def _to_uuid(value: Any, where: str) -> str:
+    if type(value) is str and _CANONICAL_UUID.fullmatch(value) is not None:
+        return value  # what str(uuid.UUID(value)) gives back, without building one
     if isinstance(value, uuid.UUID):
         return str(value)
     try:

@@ -36,6 +36,8 @@ _DATE = r"(?P<year>[+-]?\d{4,})-(?P<month>\d{2})-(?P<day>\d{2})"
 _DATETIME_RE = re.compile(rf"{_DATE}[T ]{_TIME}{_OFFSET}?")
 _TIME_RE = re.compile(rf"{_TIME}{_OFFSET}?")
 _SPECIAL = frozenset({"infinity", "-infinity", "+infinity"})
+# What ZonedTimestamp renders: a UTC instant, ASCII digits, at most six fraction digits.
+_UTC_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?Z")
 
 
 def date_from_days(days: int, where: str) -> dt.date:
@@ -125,6 +127,17 @@ def parse_iso_offset_datetime(text: str, where: str) -> dt.datetime:
     :class:`SchemaMismatch` for other text (including a missing offset: an instant is never
     guessed from a local time) and :class:`ValueOutOfRange` for ``infinity`` or years past 9999.
     """
+    if _UTC_TEXT.fullmatch(text) is not None:
+        # Debezium's own form (UTC, at most six fraction digits): the C parser gives the
+        # same datetime. What it refuses (month 13, year 0) the general path reports.
+        try:
+            return dt.datetime.fromisoformat(text)
+        except ValueError:
+            pass
+    return _parse_iso_offset_datetime(text, where)
+
+
+def _parse_iso_offset_datetime(text: str, where: str) -> dt.datetime:
     _check_special(text, where)
     match = _DATETIME_RE.fullmatch(text.strip())
     if match is None:

@@ -476,3 +476,57 @@ def test_micro_time_round_trip(micros: int) -> None:
     assert ((value.hour * 60 + value.minute) * 60 + value.second) * 10**6 + value.microsecond == (
         micros
     )
+
+
+def _outcome(parse: Any, *args: Any) -> tuple[str, Any]:
+    try:
+        return ("value", parse(*args))
+    except Exception as exc:
+        return (type(exc).__name__, str(exc))
+
+
+# Text shaped like Debezium's ZonedTimestamp, valid or not as a date (month 13, hour 24, year 0).
+_UTC_SHAPED = st.from_regex(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?Z", fullmatch=True
+)
+
+
+@given(
+    text=_UTC_SHAPED
+    | st.datetimes(
+        min_value=dt.datetime(1, 1, 1), max_value=dt.datetime(9999, 12, 31), timezones=st.just(UTC)
+    ).map(lambda d: d.isoformat().replace("+00:00", "Z"))
+)
+def test_the_utc_fast_path_agrees_with_the_general_parser(text: str) -> None:
+    """parse_iso_offset_datetime hands Debezium's UTC form to datetime.fromisoformat; the
+    result, or the error, is the general parser's."""
+    from services.cdc_normalizer import temporal
+
+    fast = _outcome(temporal.parse_iso_offset_datetime, text, "t")
+    general = _outcome(temporal._parse_iso_offset_datetime, text, "t")
+    assert fast == general
+    if fast[0] == "value":
+        assert fast[1].tzinfo is UTC
+
+
+@given(
+    text=st.uuids().map(str)
+    | st.from_regex(
+        r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-[0-9a-f]{4}-[0-9a-fA-F]{4}-[0-9a-f]{11,13}", fullmatch=True
+    )
+)
+def test_uuid_text_is_what_the_uuid_module_makes_of_it(text: str) -> None:
+    """Canonical text passes through unchanged; any other form is still parsed and
+    rewritten (or refused) by uuid.UUID."""
+    import uuid
+
+    try:
+        expected: Any = str(uuid.UUID(text))
+    except ValueError:
+        expected = SchemaMismatch
+    schema = col("string", "io.debezium.data.Uuid")
+    if expected is SchemaMismatch:
+        with pytest.raises(SchemaMismatch):
+            conv(schema, text)
+    else:
+        assert conv(schema, text) == expected
