@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import decimal
 import json
+import re
 from typing import Any
 
 import pytest
@@ -30,6 +31,7 @@ SCALARS = st.one_of(
     st.integers(-(2**80), 2**80),
     st.decimals(allow_nan=False, allow_infinity=False).map(str).map(decimal.Decimal),
     st.text(max_size=6),
+    st.sampled_from(["\ud800", "a\udfff"]),  # json.dumps escapes them; msgspec refuses them
 )
 PAYLOADS = st.recursive(
     SCALARS,
@@ -39,9 +41,14 @@ PAYLOADS = st.recursive(
 SEPARATORS = st.sampled_from([(",", ":"), (", ", ": "), (" ,\n", " :\t")])
 
 
+def _number(value: Any) -> str:
+    return f"@number:{value}@"
+
+
 def render(payload: Any, separators: tuple[str, str], block: Any = BLOCK) -> bytes:
-    text = json.dumps({"schema": block, "payload": payload}, separators=separators, default=str)
-    return text.encode()
+    """JsonConverter-shaped bytes; a Decimal is written as its JSON number (1.50, 1E+5)."""
+    text = json.dumps({"schema": block, "payload": payload}, separators=separators, default=_number)
+    return re.sub(r'"@number:([^@]*)@"', r"\1", text).encode()
 
 
 def reference(raw: bytes, what: str) -> tuple[str, Any]:
@@ -76,7 +83,12 @@ def same(a: Any, b: Any) -> bool:
 
 
 DAMAGE = st.sampled_from(
-    [b"", b" ", b"x", b"}", b',"extra":1}', b"\xff", b'"', b"]", b"\n\t", b"NaN"]
+    [
+        *(b"", b" ", b"x", b"}", b',"extra":1}', b"\xff", b'"', b"]", b"\n\t", b"NaN"),
+        # what json and msgspec could read differently: a control character, a lone
+        # surrogate (escaped and as bytes), non-standard numbers
+        *(b"\x01", b'"\\ud800"', b"\xed\xa0\x80", b"Infinity", b"1e999"),
+    ]
 )
 
 
