@@ -101,7 +101,7 @@ def write_upserts(
         delta = table.newRowDelta()
         if rows.num_rows:
             path = write(rows, "upsert")
-            delta.addRows(data_file(iceberg, table, path))
+            delta.addRows(data_file(jvm, table, path))
         if deleted.num_rows:
             path = write(deleted, "eq-delete")
             gateway: Any = spark.sparkContext._gateway
@@ -114,7 +114,7 @@ def write_upserts(
                 .withPath(f"file://{path}")
                 .withFormat(iceberg.FileFormat.PARQUET)
                 .withFileSizeInBytes(os.path.getsize(path))
-                .withMetrics(file_metrics(iceberg, table, path))
+                .withMetrics(file_metrics(jvm, table, path))
                 .build()
             )
         for key, value in summary.items():
