@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from outcomes import outcome
 
 from services.cdc_normalizer.connect_schema import (
     ConnectField,
@@ -249,13 +250,6 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def _outcome(function: Any, *args: Any) -> tuple[str, Any]:
-    try:
-        return ("ok", function(*args))
-    except Exception as exc:  # compared by class and message
-        return ("raised", (type(exc), str(exc)))
-
-
 def same(a: Any, b: Any) -> bool:
     """Equal values of the same type; Decimals also with the same digits and exponent."""
     if type(a) is not type(b):
@@ -273,9 +267,9 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def assert_same_outcome(schema: ConnectSchema, value: Any) -> None:
-    expected = _outcome(convert_value, schema, value, "col")
-    actual = _outcome(compile_converter(schema), value, "col")
+def assert_sameoutcome(schema: ConnectSchema, value: Any) -> None:
+    expected = outcome(convert_value, schema, value, "col")
+    actual = outcome(compile_converter(schema), value, "col")
     assert actual[0] == expected[0], (actual, expected)
     if expected[0] == "ok":
         assert same(actual[1], expected[1]), (actual, expected)
@@ -288,7 +282,7 @@ def assert_same_outcome(schema: ConnectSchema, value: Any) -> None:
 def test_compiled_leaf_converter_equals_convert_value(
     data: st.DataObject, schema: ConnectSchema
 ) -> None:
-    assert_same_outcome(schema, data.draw(values_for(schema)))
+    assert_sameoutcome(schema, data.draw(values_for(schema)))
 
 
 @settings(max_examples=200)
@@ -296,7 +290,7 @@ def test_compiled_leaf_converter_equals_convert_value(
 def test_compiled_nested_converter_equals_convert_value(
     data: st.DataObject, schema: ConnectSchema
 ) -> None:
-    assert_same_outcome(schema, data.draw(values_for(schema)))
+    assert_sameoutcome(schema, data.draw(values_for(schema)))
 
 
 @settings(max_examples=150)
@@ -310,7 +304,7 @@ def test_compiled_row_converter_equals_convert_value(
     row = ConnectSchema(
         ConnectKind.STRUCT, fields=tuple(ConnectField(name, s) for name, s in columns)
     )
-    assert_same_outcome(row, data.draw(values_for(row)))
+    assert_sameoutcome(row, data.draw(values_for(row)))
 
 
 @given(
@@ -328,8 +322,8 @@ def test_decimal_fast_path_matches_at_the_precision_edge(
     for candidate in (unscaled, edge, edge + (1 if edge > 0 else -1)):
         raw = twos_complement(candidate)
         for value in (raw, _b64(raw), Decimal(f"{candidate}E-{scale}")):
-            expected = _outcome(convert_value, schema, value, "c")
-            actual = _outcome(compiled, value, "c")
+            expected = outcome(convert_value, schema, value, "c")
+            actual = outcome(compiled, value, "c")
             assert actual[0] == expected[0]
             assert same(actual[1], expected[1]) if actual[0] == "ok" else actual == expected
 
@@ -343,5 +337,5 @@ def test_an_unreadable_decimal_schema_raises_per_value_like_convert_value() -> N
     )
     compiled = compile_converter(schema)
     assert compiled(None, "c") is None
-    assert _outcome(compiled, "AQ==", "c") == _outcome(convert_value, schema, "AQ==", "c")
-    assert _outcome(compiled, "AQ==", "c")[0] == "raised"
+    assert outcome(compiled, "AQ==", "c") == outcome(convert_value, schema, "AQ==", "c")
+    assert outcome(compiled, "AQ==", "c")[0] == "raised"
