@@ -6,6 +6,7 @@ there. Progress is shown line by line while Maven works.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from pathlib import Path
 from icefjord.local.settings import LocalSettings
 
 POM = Path(__file__).resolve().parents[2] / "deploy" / "local" / "pom.xml"
+CONVERTER_MODULE = Path(__file__).resolve().parents[2] / "deploy" / "connect-json"
 
 
 class ArtifactError(RuntimeError):
@@ -80,26 +82,47 @@ class ConnectDist:
     kafka_lib: Path
     connect_lib: Path
     plugin_path: Path
+    converter_jar: Path
 
     @property
     def debezium_postgres(self) -> Path:
         return self.plugin_path / "debezium-connector-postgres"
 
-    def complete(self) -> bool:
+    @property
+    def classpath(self) -> str:
+        """The worker's classpath: Kafka's jars, Connect's, and Icefjord's converter."""
+        return f"{self.kafka_lib}/*:{self.connect_lib}/*:{self.converter_jar}"
+
+    def resolved(self) -> bool:
+        """Kafka Connect's and Debezium's jars are in place (the converter aside)."""
         return (
             any(self.kafka_lib.glob("kafka-clients-*.jar"))
             and any(self.connect_lib.glob("connect-runtime-*.jar"))
             and any(self.debezium_postgres.glob("debezium-connector-postgres-*.jar"))
         )
 
+    def complete(self) -> bool:
+        return self.resolved() and self.converter_jar.is_file()
+
+
+def converter_digest(module: Path = CONVERTER_MODULE) -> str:
+    """A digest of the converter module's pom and sources: a changed source builds anew."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in module.rglob("*") if p.is_file() and "target" not in p.parts):
+        digest.update(str(path.relative_to(module)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
 
 def connect_dist_for(settings: LocalSettings) -> ConnectDist:
     """The expected locations for the configured Kafka and Debezium versions."""
     root = settings.dist_dir
+    converter = root / f"icefjord-connect-json-{settings.kafka_version}-{converter_digest()}"
     return ConnectDist(
         kafka_lib=root / f"kafka-{settings.kafka_version}" / "lib",
         connect_lib=root / f"connect-{settings.kafka_version}" / "lib",
         plugin_path=root / f"debezium-{settings.debezium_version}",
+        converter_jar=converter / "icefjord-connect-json.jar",
     )
 
 
@@ -107,15 +130,32 @@ def ensure_connect_artifacts(
     settings: LocalSettings, progress: Callable[[str], None]
 ) -> ConnectDist:
     """Resolve Kafka Connect and the Debezium Postgres connector (Maven profile ``connect``)
-    on top of the stack's own artifacts; download only what the cache lacks.
+    on top of the stack's own artifacts, and build Icefjord's converter
+    (``deploy/connect-json``, its tests included); download only what the cache lacks.
 
     Raises :class:`ArtifactError` when Maven is missing or fails.
     """
     connect = connect_dist_for(settings)
     if connect.complete() and dist_for(settings).complete():
         return connect
-    progress("resolving Kafka Connect and Debezium with Maven (first run: about 15 MB more)")
-    _run_maven(settings, progress, profiles=("connect",))
+    if not (connect.resolved() and dist_for(settings).complete()):
+        progress("resolving Kafka Connect and Debezium with Maven (first run: about 15 MB more)")
+        _run_maven(settings, progress, profiles=("connect",))
+    if not connect.converter_jar.is_file():
+        progress("building and testing the Connect converter (deploy/connect-json)")
+        build = connect.converter_jar.parent
+        _maven(
+            [
+                "-f",
+                str(CONVERTER_MODULE / "pom.xml"),
+                f"-Dmaven.repo.local={settings.maven_repo}",
+                f"-Dkafka.version={settings.kafka_version}",
+                f"-Dicefjord.build={build / 'build'}",
+                "package",
+            ],
+            progress,
+        )
+        shutil.copyfile(build / "build" / "icefjord-connect-json.jar", connect.converter_jar)
     connect = connect_dist_for(settings)
     if not connect.complete():
         raise ArtifactError(
@@ -127,23 +167,29 @@ def ensure_connect_artifacts(
 def _run_maven(
     settings: LocalSettings, progress: Callable[[str], None], profiles: tuple[str, ...]
 ) -> None:
+    _maven(
+        [
+            "-f",
+            str(POM),
+            f"-Dmaven.repo.local={settings.maven_repo}",
+            f"-Dicefjord.dist={settings.dist_dir}",
+            f"-Dkafka.version={settings.kafka_version}",
+            f"-Dapicurio.version={settings.apicurio_version}",
+            f"-Diceberg.version={settings.iceberg_version}",
+            f"-Ddebezium.version={settings.debezium_version}",
+            *([f"-P{','.join(profiles)}"] if profiles else []),
+            "process-resources",
+        ],
+        progress,
+    )
+
+
+def _maven(arguments: list[str], progress: Callable[[str], None]) -> None:
+    """Run Maven in batch mode, showing downloads as they go; raise with its output's tail."""
     mvn = shutil.which("mvn")
     if mvn is None:
         raise ArtifactError("Maven (mvn) is not on PATH; install Maven 3.8+ and Java 17")
-    command = [
-        mvn,
-        "-B",
-        "-f",
-        str(POM),
-        f"-Dmaven.repo.local={settings.maven_repo}",
-        f"-Dicefjord.dist={settings.dist_dir}",
-        f"-Dkafka.version={settings.kafka_version}",
-        f"-Dapicurio.version={settings.apicurio_version}",
-        f"-Diceberg.version={settings.iceberg_version}",
-        f"-Ddebezium.version={settings.debezium_version}",
-        *([f"-P{','.join(profiles)}"] if profiles else []),
-        "process-resources",
-    ]
+    command = [mvn, "-B", *arguments]
     tail: list[str] = []
     with subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True

@@ -8,8 +8,13 @@ from pathlib import Path
 import pytest
 
 from icefjord.demo.source import SourceNames, choose_schema
-from icefjord.local.artifacts import connect_dist_for
-from icefjord.local.connect import KafkaConnect, PostgresSource, debezium_postgres_config
+from icefjord.local.artifacts import connect_dist_for, converter_digest
+from icefjord.local.connect import (
+    JSON_CONVERTER,
+    KafkaConnect,
+    PostgresSource,
+    debezium_postgres_config,
+)
 from icefjord.local.postgres import PostgresNotInstalled, find_bin_dir, server_config
 from icefjord.local.services import SERVICES, service_env, service_processes, service_spec
 from icefjord.local.settings import LocalSettings
@@ -74,6 +79,7 @@ def test_connector_config_has_the_demo_settings() -> None:
     assert config["time.precision.mode"] == "adaptive_time_microseconds"
     assert config["key.converter.schemas.enable"] == config["value.converter.schemas.enable"]
     assert config["value.converter.schemas.enable"] == "true"
+    assert config["key.converter"] == config["value.converter"] == JSON_CONVERTER
     assert config["heartbeat.interval.ms"] == "0"
     assert (config["topic.prefix"], config["schema.include.list"]) == ("demo", "shop")
     assert (config["publication.name"], config["slot.name"]) == ("pub", "slot")
@@ -92,6 +98,29 @@ def test_connect_worker_uses_both_libs_and_the_plugin_path(tmp_path: Path) -> No
     assert int(worker["heartbeat.interval.ms"]) < int(worker["session.timeout.ms"])
     assert dist.connect_lib.parts[-2] == "connect-3.9.1"
     assert not dist.complete()
+    assert worker["value.converter"] == JSON_CONVERTER
+    # The converter's jar is on the worker's classpath, after Kafka's and Connect's jars.
+    assert dist.classpath.split(":") == [
+        f"{dist.kafka_lib}/*",
+        f"{dist.connect_lib}/*",
+        str(dist.converter_jar),
+    ]
+
+
+def test_the_converter_is_rebuilt_when_its_sources_change(tmp_path: Path) -> None:
+    module = tmp_path / "connect-json"
+    source = module / "src" / "main" / "java" / "Converter.java"
+    source.parent.mkdir(parents=True)
+    (module / "pom.xml").write_text("<project/>")
+    source.write_text("class Converter {}")
+    first = converter_digest(module)
+    (module / "target").mkdir()
+    (module / "target" / "out.jar").write_bytes(b"built")
+    assert converter_digest(module) == first  # build output does not count
+    source.write_text("class Converter { int x; }")
+    assert converter_digest(module) != first
+    # The real module: the jar's directory is named after its digest.
+    assert converter_digest() in str(connect_dist_for(settings(tmp_path)).converter_jar)
 
 
 def test_service_env_points_every_service_at_the_stack(tmp_path: Path) -> None:
