@@ -23,6 +23,7 @@ import datetime as dt
 import decimal
 import io
 import json
+import re
 import struct
 import uuid
 from collections.abc import Callable, Collection
@@ -60,9 +61,15 @@ class AvroDecoder:
     checked, their contents are not, e.g. a skipped string's UTF-8): the result and any error
     are that reader's. Where that reader schema is not valid on its own (a skipped field
     defines a named type that a kept one uses), the skipped fields are read and dropped.
+
+    ``uuid_text``: a uuid comes as its canonical text, ``str(UUID(...))``, not as a ``UUID``
+    (the writer stores uuids as strings: this saves building the object to print it). A body
+    that goes to fastavro still gives ``UUID`` objects.
     """
 
-    def __init__(self, schema: Any, parsed: Any, skip: Collection[str] = ()) -> None:
+    def __init__(
+        self, schema: Any, parsed: Any, skip: Collection[str] = (), *, uuid_text: bool = False
+    ) -> None:
         self._parsed = parsed
         self._reader: Any = None
         self._drop: tuple[str, ...] = ()
@@ -77,7 +84,7 @@ class AvroDecoder:
                 self._drop = tuple(sorted(skipped))
                 skipped = frozenset()
         try:
-            self._read = _Compiler().compile(plain, None, skipped)
+            self._read = _Compiler(uuid_text).compile(plain, None, skipped)
         except Exception:  # a schema shape not compiled here: fastavro reads every body
             self._read = _always_fallback
 
@@ -281,6 +288,18 @@ def _uuid(schema: dict[str, Any]) -> _Read:
     return read
 
 
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _uuid_text(data: bytes, position: int) -> tuple[Any, int]:
+    """A uuid as ``str(UUID(text))``: canonical text as it is, anything else through UUID
+    (which raises for what is not a uuid, as fastavro's reading does)."""
+    text, position = _read_string(data, position)
+    if _CANONICAL_UUID.fullmatch(text) is None:
+        text = str(uuid.UUID(text))
+    return text, position
+
+
 # Skipping checks only what fastavro's skipping does: lengths, union and enum indexes, bytes
 # in range. A boolean's byte, an int's width and strings' UTF-8 go unchecked.
 _SKIPS: dict[str, _Read] = {
@@ -315,9 +334,10 @@ def _reference(name: str, namespace: str | None) -> str:
 class _Compiler:
     """Builds readers, resolving named types (records, enums) by their Avro full names."""
 
-    def __init__(self) -> None:
+    def __init__(self, uuid_text: bool = False) -> None:
         self._named: dict[str, _Read] = {}
         self._named_skips: dict[str, _Read] = {}
+        self._uuid_text = uuid_text
 
     def compile(
         self, schema: Any, namespace: str | None, skip: frozenset[str] = frozenset()
@@ -336,6 +356,8 @@ class _Compiler:
             return self.compile(kind, namespace)
         logical = schema.get("logicalType")
         if isinstance(logical, str) and f"{kind}-{logical}" in _LOGICAL:
+            if self._uuid_text and kind == "string" and logical == "uuid":
+                return _uuid_text
             return _LOGICAL[f"{kind}-{logical}"](schema)
         if kind == "record" or kind == "error":
             return self._record(schema, namespace, skip)

@@ -377,3 +377,65 @@ def test_arrays_of_zero_width_items_are_told_apart() -> None:
     assert counts_without_bytes({"type": "map", "values": {"type": "array", "items": empty}})
     assert not counts_without_bytes({"type": "array", "items": ["null", "long"]})
     assert not counts_without_bytes({"type": "map", "values": "null"})
+
+
+def as_text(value: Any) -> Any:
+    """``value`` with every ``UUID`` as its canonical text, as ``uuid_text`` reads it."""
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: as_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [as_text(v) for v in value]
+    return value
+
+
+def assert_reads_uuids_as_text(schema: Any, body: bytes) -> None:
+    """fastavro's result (or error) with uuids as text; what goes to fastavro keeps UUIDs."""
+    parsed = fastavro.parse_schema(schema)
+    expected = outcome(lambda: fastavro.schemaless_reader(io.BytesIO(body), parsed, None))
+    actual = outcome(lambda: AvroDecoder(schema, parsed, uuid_text=True).decode(body))
+    assert actual[0] == expected[0], (actual, expected)
+    if expected[0] == "ok":
+        assert same(as_text(actual[1]), as_text(expected[1])), (actual, expected)
+    else:
+        assert actual[1] == expected[1]
+
+
+@given(data=st.data(), schema=avro_types())
+def test_uuids_as_text_read_like_fastavro(data: st.DataObject, schema: Any) -> None:
+    body = data.draw(st.sampled_from(["intact", "damaged"]))
+    raw = encoded(schema, data.draw(datums(schema)))
+    if body == "damaged" and not counts_without_bytes(schema):
+        raw = damaged(data, raw, ["truncate", "append", "flip"])
+    assert_reads_uuids_as_text(schema, raw)
+
+
+UUID_TEXTS = st.one_of(
+    st.uuids().map(str),
+    st.uuids().map(lambda u: str(u).upper()),
+    st.uuids().map(lambda u: u.hex),
+    st.uuids().map(lambda u: "{" + str(u) + "}"),
+    st.uuids().map(lambda u: u.urn),
+    st.text(max_size=40),
+)
+
+
+@given(texts=st.lists(UUID_TEXTS, min_size=1, max_size=4))
+def test_uuid_text_is_the_canonical_form_of_any_uuid_and_refuses_the_rest(
+    texts: list[str],
+) -> None:
+    fields = [
+        {"name": f"u{i}", "type": {"type": "string", "logicalType": "uuid"}}
+        for i in range(len(texts))
+    ]
+    schema = {"type": "record", "name": "R", "fields": fields}
+    datum = {f"u{i}": text for i, text in enumerate(texts)}
+    body = encoded(schema, datum)
+    assert_reads_uuids_as_text(schema, body)
+    result = outcome(
+        lambda: AvroDecoder(schema, fastavro.parse_schema(schema), uuid_text=True).decode(body)
+    )
+    if result[0] == "ok":  # the compiled path: plain text, never a UUID object
+        assert result[1] == {f"u{i}": str(uuid.UUID(text)) for i, text in enumerate(texts)}
+        assert all(type(value) is str for value in result[1].values())
