@@ -108,9 +108,11 @@ class ConnectDist:
 def converter_digest(module: Path = CONVERTER_MODULE) -> str:
     """A digest of the converter module's pom and sources: a changed source builds anew."""
     digest = hashlib.sha256()
-    for path in sorted(p for p in module.rglob("*") if p.is_file() and "target" not in p.parts):
-        digest.update(str(path.relative_to(module)).encode())
-        digest.update(path.read_bytes())
+    for path in sorted(module.rglob("*")):
+        relative = path.relative_to(module)
+        if path.is_file() and relative.parts[0] != "target":  # not a build's output
+            digest.update(str(relative).encode())
+            digest.update(path.read_bytes())
     return digest.hexdigest()[:12]
 
 
@@ -155,7 +157,10 @@ def ensure_connect_artifacts(
             ],
             progress,
         )
-        shutil.copyfile(build / "build" / "icefjord-connect-json.jar", connect.converter_jar)
+        # Copied, then renamed: a worker starting meanwhile never sees half a jar.
+        partial = connect.converter_jar.with_suffix(".partial")
+        shutil.copyfile(build / "build" / "icefjord-connect-json.jar", partial)
+        partial.replace(connect.converter_jar)
     connect = connect_dist_for(settings)
     if not connect.complete():
         raise ArtifactError(
