@@ -31,7 +31,7 @@ from typing import Any
 
 import fastavro
 
-__all__ = ["AvroDecoder"]
+__all__ = ["CANONICAL_UUID", "AvroDecoder"]
 
 _Read = Callable[[bytes, int], tuple[Any, int]]
 
@@ -288,14 +288,15 @@ def _uuid(schema: dict[str, Any]) -> _Read:
     return read
 
 
-_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+"""A uuid as ``str(UUID(...))`` writes it; text that matches needs no parsing."""
 
 
 def _uuid_text(data: bytes, position: int) -> tuple[Any, int]:
     """A uuid as ``str(UUID(text))``: canonical text as it is, anything else through UUID
     (which raises for what is not a uuid, as fastavro's reading does)."""
     text, position = _read_string(data, position)
-    if _CANONICAL_UUID.fullmatch(text) is None:
+    if CANONICAL_UUID.fullmatch(text) is None:
         text = str(uuid.UUID(text))
     return text, position
 

@@ -51,6 +51,7 @@ from services.cdc_normalizer.errors import (
     UnsupportedType,
     ValueOutOfRange,
 )
+from shared.avro_decoder import CANONICAL_UUID
 
 __all__ = [
     "MAX_DECIMAL_PRECISION",
@@ -75,8 +76,6 @@ _INT_RANGES = {
 }
 _FLOAT_WORDS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _INVALID_NAME_CHAR = re.compile(r"[^A-Za-z0-9_]")
-# PostgreSQL's (and Debezium's) text of a uuid: lower-case hex in 8-4-4-4-12 groups.
-_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 AvroType = Any  # Avro schema JSON: a str, a dict or a list
 
@@ -477,7 +476,7 @@ def _to_utc_timestamp(name: str, value: Any, where: str) -> dt.datetime:
 
 
 def _to_uuid(value: Any, where: str) -> str:
-    if type(value) is str and _CANONICAL_UUID.fullmatch(value) is not None:
+    if type(value) is str and CANONICAL_UUID.fullmatch(value) is not None:
         return value  # what str(uuid.UUID(value)) gives back, without building one
     if isinstance(value, uuid.UUID):
         return str(value)
