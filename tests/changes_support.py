@@ -1,12 +1,13 @@
 """Change records for writer tests: the normalizer's wire shape, produced to a real topic.
 
 The schema follows the change-record contract (op, position, source_ts_ms, tx_id, source,
-key, after) exactly as cdc-normalizer registers it; tests produce through the real registry
-and Kafka, so the writer reads what it reads in production.
+key, after, unchanged) exactly as cdc-normalizer registers it; tests produce through the real
+registry and Kafka, so the writer reads what it reads in production.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import decimal
 import uuid
@@ -83,6 +84,11 @@ def change_schema(
                 "type": ["null", {"type": "record", "name": f"{title}Row", "fields": row_fields}],
                 "default": None,
             },
+            {
+                "name": "unchanged",
+                "type": ["null", {"type": "array", "items": "string"}],
+                "default": None,
+            },
         ],
     }
 
@@ -96,6 +102,9 @@ class Event:
     key: int
     name: str | None = None
     amount: str | None = None
+    unchanged: tuple[str, ...] = ()
+    """An UPDATE that leaves these columns as they are (an unchanged TOASTed value): the
+    record carries a null stand-in there and names them in ``unchanged``."""
 
     @property
     def position(self) -> str:
@@ -104,7 +113,7 @@ class Event:
     def row(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
         if self.op in ("DELETE", "TRUNCATE"):
             return None
-        return {
+        row = {
             "id": self.key,
             "name": self.name,
             "amount": None if self.amount is None else decimal.Decimal(self.amount),
@@ -112,6 +121,9 @@ class Event:
             "tags": [f"t{self.seq % 3}", "ü"],
             **(extra or {}),
         }
+        for column in self.unchanged:
+            row[column] = None
+        return row
 
 
 def record(
@@ -125,6 +137,7 @@ def record(
         "source": {"connector": "test"},
         "key": {"id": event.key if event.op != "TRUNCATE" else 0},
         "after": event.row(extra),
+        "unchanged": list(event.unchanged) or None,
     }
 
 
@@ -172,7 +185,8 @@ class ChangeProducer:
 
 
 def final_state(history: Iterable[Event]) -> dict[int, Event]:
-    """The source table after ``history`` in source order: the plain model."""
+    """The source table after ``history`` in source order: the plain model. A partial update
+    keeps the earlier values of its unchanged columns."""
     table: dict[int, Event] = {}
     for event in sorted(history, key=lambda e: e.seq):
         if event.op == "TRUNCATE":
@@ -180,7 +194,9 @@ def final_state(history: Iterable[Event]) -> dict[int, Event]:
         elif event.op == "DELETE":
             table.pop(event.key, None)
         else:
-            table[event.key] = event
+            held = table.get(event.key)
+            kept = {c: getattr(held, c) for c in event.unchanged} if held is not None else {}
+            table[event.key] = dataclasses.replace(event, unchanged=(), **kept)
     return table
 
 

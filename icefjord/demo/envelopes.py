@@ -2,12 +2,16 @@
 
 The records are what Debezium 3.2's Postgres connector writes through Kafka's JsonConverter
 with ``schemas.enable=true`` and the demo's settings (``decimal.handling.mode=precise``,
-``time.precision.mode=adaptive_time_microseconds``, ``binary.handling.mode=bytes``,
-``REPLICA IDENTITY FULL`` tables): the same key and envelope schema blocks, field by field,
+``time.precision.mode=adaptive_time_microseconds``, ``binary.handling.mode=bytes``, tables
+with PostgreSQL's default replica identity): the same key and envelope schema blocks, field by
+field,
 the same value encodings (Decimal as base64 two's complement, ZonedTimestamp text,
 MicroTime, ...), the same ``source`` block and headers, a tombstone after every delete, and a
-delete plus a create for a primary-key change. The integration tests hold this module to
-what the real connector emits for the same tables. Pure: the caller supplies times.
+delete plus a create for a primary-key change. The default identity logs an update without its
+old row and a delete with only its key (:func:`deleted_image`). The demo's values are never
+TOASTed, so no placeholder for an unchanged TOASTed value appears. The integration tests hold
+this module to what the real connector emits for the same tables. Pure: the caller supplies
+times.
 """
 
 from __future__ import annotations
@@ -273,6 +277,45 @@ def encode_row(table: TableDef, row: Mapping[str, Any]) -> dict[str, Any]:
     return {c.name: encode_value(c, row.get(c.name)) for c in table.columns}
 
 
+# What Debezium puts in a delete's before-image for a NOT NULL column the WAL did not carry
+# (the default replica identity logs the key only): its converters' fallback for the type.
+_ZERO_B64 = _unscaled_b64(0)  # "AA==": the unscaled zero
+_FALLBACKS: dict[Kind, Any] = {
+    Kind.SMALLINT: 0,
+    Kind.INTEGER: 0,
+    Kind.BIGINT: 0,
+    Kind.NUMERIC: _ZERO_B64,
+    Kind.MONEY: _ZERO_B64,
+    Kind.NUMERIC_ANY: {"scale": 0, "value": _ZERO_B64},
+    Kind.REAL: 0.0,
+    Kind.DOUBLE: 0.0,
+    Kind.BOOLEAN: False,
+    Kind.TEXT: "",
+    Kind.ENUM: "",
+    Kind.UUID: "",
+    Kind.JSON: "",
+    Kind.JSONB: "",
+    Kind.TIMESTAMPTZ: "1970-01-01T00:00:00Z",
+    Kind.TIMESTAMP: 0,
+    Kind.DATE: 0,
+    Kind.TIME: 0,
+    Kind.BYTEA: "",
+    Kind.INT_ARRAY: [],
+}
+
+
+def deleted_image(table: TableDef, row: Mapping[str, Any]) -> dict[str, Any]:
+    """A delete's before-image under the default replica identity: the key's values; every
+    other column null, or its type's fallback where it is NOT NULL."""
+    keys = set(table.key)
+    return {
+        c.name: encode_value(c, row.get(c.name))
+        if c.name in keys
+        else (None if c.nullable else _FALLBACKS[c.kind])
+        for c in table.columns
+    }
+
+
 @dataclass(frozen=True)
 class KafkaRecord:
     """One record to produce; ``value`` None is a tombstone."""
@@ -371,7 +414,12 @@ class EnvelopeEncoder:
             "xmin": None,
         }
         payload = {
-            "before": None if change.before is None else encode_row(table, change.before),
+            # The default replica identity: no old row for an update, the key for a delete.
+            "before": (
+                deleted_image(table, change.before)
+                if change.op == "d" and change.before is not None
+                else None
+            ),
             "after": None if change.after is None else encode_row(table, change.after),
             "source": source,
             "transaction": None,

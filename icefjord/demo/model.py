@@ -200,18 +200,17 @@ def create_enum_sql(schema: str, enum: EnumType) -> str:
 
 
 def create_table_sql(schema: str, table: TableDef) -> list[str]:
-    """``CREATE TABLE`` plus ``REPLICA IDENTITY FULL``: Debezium then sends whole before-images
-    and never the unavailable-value placeholder for unchanged TOASTed columns."""
+    """``CREATE TABLE`` with PostgreSQL's default replica identity (the primary key), as a
+    user's tables have it: an update's event has no before-image, a delete's only the key,
+    and an unchanged TOASTed value arrives as Debezium's placeholder, which the pipeline
+    keeps the stored value for (the change record's ``unchanged`` columns)."""
     columns = [
         f"{_ident(c.name)} {c.pg_type(schema)}{'' if c.nullable else ' NOT NULL'}"
         for c in table.columns
     ]
     key = ", ".join(_ident(k) for k in table.key)
     qualified = f"{_ident(schema)}.{_ident(table.name)}"
-    return [
-        f"CREATE TABLE {qualified} ({', '.join(columns)}, PRIMARY KEY ({key}))",
-        f"ALTER TABLE {qualified} REPLICA IDENTITY FULL",
-    ]
+    return [f"CREATE TABLE {qualified} ({', '.join(columns)}, PRIMARY KEY ({key}))"]
 
 
 def add_column_sql(schema: str, table: str, column: Column) -> str:

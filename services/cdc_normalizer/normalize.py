@@ -26,6 +26,7 @@ from services.cdc_normalizer.errors import (
     NormalizeError,
     UnknownOperation,
 )
+from services.cdc_normalizer.logical_types import avro_name
 from services.cdc_normalizer.plan import table_plan
 from services.cdc_normalizer.position import PositionKind, detect_kind, source_position
 from services.cdc_normalizer.table_schema import (
@@ -169,6 +170,9 @@ class Change:
 
     ``key`` and ``after`` hold Avro-ready Python values keyed by Avro field name (see
     ``logical_types``). ``key`` is empty for TRUNCATE; ``after`` is None for DELETE and TRUNCATE.
+    ``unchanged`` names (Avro field names) the columns of an UPDATE whose values the source
+    did not send (Debezium's unavailable-value placeholder: an unchanged TOASTed value);
+    ``after`` holds stand-ins there and the stored values stay. None: ``after`` is whole.
     """
 
     table: TableId
@@ -179,6 +183,7 @@ class Change:
     source: Mapping[str, str]
     key: Mapping[str, Any]
     after: Mapping[str, Any] | None
+    unchanged: tuple[str, ...] | None = None
 
     # Written out: mypyc compiles it; the one dataclass generates stays interpreted.
     def __init__(
@@ -191,6 +196,7 @@ class Change:
         source: Mapping[str, str],
         key: Mapping[str, Any],
         after: Mapping[str, Any] | None,
+        unchanged: tuple[str, ...] | None = None,
     ) -> None:
         object.__setattr__(self, "table", table)
         object.__setattr__(self, "op", op)
@@ -200,6 +206,7 @@ class Change:
         object.__setattr__(self, "source", source)
         object.__setattr__(self, "key", key)
         object.__setattr__(self, "after", after)
+        object.__setattr__(self, "unchanged", unchanged)
 
     def to_record(self) -> dict[str, Any]:
         """The Avro datum for :func:`~services.cdc_normalizer.table_schema.value_schema`."""
@@ -211,6 +218,7 @@ class Change:
             "source": dict(self.source),
             "key": dict(self.key),
             "after": None if self.after is None else dict(self.after),
+            "unchanged": None if self.unchanged is None else list(self.unchanged),
         }
 
 
@@ -410,8 +418,12 @@ def normalize_or_raise(
     tx_id = _tx_id(envelope)
     source = _source_map(envelope, origin, _KIND_NAMES[position.kind])
 
-    def change(key_values: Mapping[str, Any], after: Mapping[str, Any] | None) -> Change:
-        return Change(table, op, position.text, ts_ms, tx_id, source, key_values, after)
+    def change(
+        key_values: Mapping[str, Any],
+        after: Mapping[str, Any] | None,
+        unchanged: tuple[str, ...] | None = None,
+    ) -> Change:
+        return Change(table, op, position.text, ts_ms, tx_id, source, key_values, after, unchanged)
 
     row_schema = envelope.row_schema or overrides.row_schema
     key = parse_key(message.key, message.key_schema)
@@ -441,11 +453,18 @@ def normalize_or_raise(
         for column, name_out, convert, where in plan.key_fields
     }
     after = None
+    unchanged = None
     if op is not Operation.DELETE:
         assert image is not None
-        plan.check_available(image, options.unavailable_value)
+        if op is Operation.UPDATE:
+            missing = plan.unavailable(image, options.unavailable_value)
+            if missing:
+                image = plan.with_stand_ins(image, missing)
+                unchanged = tuple(avro_name(column) for column in missing)
+        else:
+            plan.check_available(image, options.unavailable_value)
         after = plan.row(image, "after")
-    return Normalized(table, plan.schema, (change(key_values, after),))
+    return Normalized(table, plan.schema, (change(key_values, after, unchanged),))
 
 
 def normalize(message: DebeziumMessage, options: NormalizeOptions | None = None) -> NormalizeResult:

@@ -38,20 +38,21 @@ class TablePlan:
 
     ``key_fields`` are ``(column, Avro name, converter, where)`` in key order; ``row`` converts
     a row image (where ``"after"``); ``placeholder_columns`` are the ``(column, kind)`` of the
-    string, bytes and array columns, in column order.
+    string, bytes and array columns, in column order, and ``stand_in_types`` their
+    ``(optional, kind)`` by column.
     """
 
     schema: TableSchema
     key_fields: tuple[tuple[str, str, Converter, str], ...]
     row: Converter
     placeholder_columns: tuple[tuple[str, ConnectKind], ...]
+    stand_in_types: Mapping[str, tuple[bool, ConnectKind]]
 
-    def check_available(self, image: Mapping[str, Any], placeholder: str) -> None:
-        """Reject an image holding the unavailable-value placeholder (unchanged TOAST column).
-
-        Raises :class:`UnavailableValue` for the first such column, in column order.
-        """
+    def unavailable(self, image: Mapping[str, Any], placeholder: str) -> tuple[str, ...]:
+        """The columns of ``image`` that hold the unavailable-value placeholder (an unchanged
+        TOASTed value Debezium did not get), in column order; empty for most images."""
         encoded, as_base64 = _placeholder_forms(placeholder)
+        missing: list[str] = []
         for column, kind in self.placeholder_columns:
             value = image.get(column)
             if value is None:
@@ -61,9 +62,37 @@ class TablePlan:
                 or (kind is ConnectKind.BYTES and value in (encoded, as_base64))
                 or (kind is ConnectKind.ARRAY and value == [placeholder])
             ):
-                raise UnavailableValue(
-                    f"column {column!r} holds {placeholder!r}: set REPLICA IDENTITY FULL"
-                )
+                missing.append(column)
+        return tuple(missing)
+
+    def check_available(self, image: Mapping[str, Any], placeholder: str) -> None:
+        """Reject an image holding the unavailable-value placeholder: a row that must be
+        whole (an insert or a snapshot read). Raises :class:`UnavailableValue` for the first
+        such column, in column order."""
+        missing = self.unavailable(image, placeholder)
+        if missing:
+            raise UnavailableValue(
+                f"column {missing[0]!r} holds {placeholder!r}, which only an update may carry"
+                " (an unchanged TOASTed value)"
+            )
+
+    def with_stand_ins(self, image: Mapping[str, Any], columns: tuple[str, ...]) -> dict[str, Any]:
+        """``image`` with each of ``columns`` (from :meth:`unavailable`) replaced by a value
+        its type accepts: null where the column is optional, else an empty string, bytes or
+        array. The change record lists the columns as ``unchanged``, so the writer keeps the
+        stored value and never stores the stand-in over it."""
+        out = dict(image)
+        for column in columns:
+            optional, kind = self.stand_in_types[column]
+            if optional:
+                out[column] = None
+            elif kind is ConnectKind.ARRAY:
+                out[column] = []
+            elif kind is ConnectKind.BYTES:
+                out[column] = b"" if isinstance(image[column], bytes) else ""
+            else:
+                out[column] = ""
+        return out
 
 
 @functools.lru_cache(maxsize=16)
@@ -115,4 +144,11 @@ def _build(
         for field in row.fields
         if field.schema.kind in _PLACEHOLDER_KINDS
     )
-    return TablePlan(schema, key_fields, compile_converter(row), placeholder_columns)
+    stand_in_types = {
+        field.name: (field.schema.optional, field.schema.kind)
+        for field in row.fields
+        if field.schema.kind in _PLACEHOLDER_KINDS
+    }
+    return TablePlan(
+        schema, key_fields, compile_converter(row), placeholder_columns, stand_in_types
+    )

@@ -187,6 +187,11 @@ def _build_value_schema(schema: TableSchema) -> dict[str, Any]:
             {"name": "source", "type": {"type": "map", "values": "string"}},
             {"name": "key", "type": key_record},
             {"name": "after", "type": ["null", row_record], "default": None},
+            {
+                "name": "unchanged",
+                "type": ["null", {"type": "array", "items": "string"}],
+                "default": None,
+            },
         ],
     }
 

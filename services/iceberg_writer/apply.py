@@ -29,7 +29,12 @@ from pyspark.sql import functions as F
 from services.iceberg_writer.changes import BatchPlan, Change, Op, Path
 from services.iceberg_writer.copyfiles import write_copy
 from services.iceberg_writer.tables import quote, sql_literal
-from services.iceberg_writer.types import STAGING_FLAG, Converter, MetadataColumns
+from services.iceberg_writer.types import (
+    STAGING_FLAG,
+    UNCHANGED_COLUMNS,
+    Converter,
+    MetadataColumns,
+)
 from services.iceberg_writer.upserts import write_upserts
 from shared.spark import scratch_catalog
 
@@ -74,10 +79,14 @@ def arrow_batch(
     converters: Mapping[str, Converter],
     metadata: MetadataColumns,
 ) -> pa.Table:
-    """The batch as an Arrow table: every table column (all nullable) plus the delete flag."""
+    """The batch as an Arrow table: every table column (all nullable) plus the delete flag,
+    and for a partial batch (:attr:`BatchPlan.partial`) each row's unchanged columns."""
     schema = schema_to_pyarrow(table.schema(), include_field_ids=False)
     fields = [pa.field(f.name, f.type, nullable=True) for f in schema]
     fields.append(pa.field(DELETE_FLAG, pa.bool_(), nullable=False))
+    partial = plan.partial
+    if partial:
+        fields.append(pa.field(UNCHANGED_COLUMNS, pa.list_(pa.string()), nullable=True))
     arrow_schema = pa.schema(fields)
     rows: list[dict[str, Any]] = []
     for change in plan.upserts + plan.deletes:
@@ -95,6 +104,8 @@ def arrow_batch(
         if metadata.source_ts:
             row[metadata.source_ts] = dt.datetime.fromtimestamp(change.source_ts_ms / 1000, dt.UTC)
         row[DELETE_FLAG] = change.op is Op.DELETE
+        if partial:
+            row[UNCHANGED_COLUMNS] = list(change.unchanged) if change.unchanged else None
         rows.append(row)
     return pa.Table.from_pylist(rows, schema=arrow_schema)
 
@@ -278,7 +289,12 @@ class BatchWriter:
             on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
             pos = quote(position_column)
             guard = "" if path is Path.REPLACE else f" AND (t.{pos} IS NULL OR s.{pos} >= t.{pos})"
-            updates = ", ".join(f"t.{quote(c)} = s.{quote(c)}" for c in columns if c not in keys)
+            partial = path is not Path.REPLACE and UNCHANGED_COLUMNS in frame.columns
+            updates = ", ".join(
+                f"t.{quote(c)} = {_kept(c) if partial else f's.{quote(c)}'}"
+                for c in columns
+                if c not in keys
+            )
             names = ", ".join(quote(c) for c in columns)
             values = ", ".join(f"s.{quote(c)}" for c in columns)
             flag = quote(DELETE_FLAG)
@@ -297,6 +313,16 @@ class BatchWriter:
             self._spark.sql(statement)
         finally:
             self._spark.catalog.dropTempView(view)
+
+
+def _kept(column: str) -> str:
+    """The MERGE's new value of ``column``: the stored one where the change left it unchanged
+    (:attr:`~services.iceberg_writer.changes.Change.unchanged`), else the change's. A whole
+    row's list is null, so ``array_contains`` is null and the change's value is taken."""
+    return (
+        f"CASE WHEN array_contains(s.{quote(UNCHANGED_COLUMNS)}, {sql_literal(column)}) "
+        f"THEN t.{quote(column)} ELSE s.{quote(column)} END"
+    )
 
 
 _CONFLICTS = (

@@ -46,6 +46,10 @@ class Change(NamedTuple):
     partition: int
     offset: int
     schema_id: int
+    unchanged: tuple[str, ...] | None = None
+    """Columns of an UPDATE whose values the source did not send (an unchanged TOASTed value
+    under PostgreSQL's default replica identity): ``row`` holds stand-ins there, and the
+    stored values stay. None: the row is whole."""
 
     @property
     def order(self) -> tuple[str, int, int]:
@@ -79,6 +83,12 @@ class BatchPlan:
         return self.upserts + self.deletes
 
     @property
+    def partial(self) -> bool:
+        """Some upsert keeps stored values (:attr:`Change.unchanged`): only the MERGE, which
+        reads the stored row, can write it."""
+        return any(c.unchanged for c in self.upserts)
+
+    @property
     def reads_only(self) -> bool:
         """Only snapshot reads: the batch inserts or overwrites, and deletes nothing."""
         return (
@@ -103,6 +113,8 @@ class BatchPlan:
         """
         if self.truncated:
             return Path.REPLACE
+        if self.partial:
+            return Path.MERGE
         if table_is_empty:
             return Path.APPEND  # deletes of rows that do not exist are no-ops
         newest = max((c.position for c in self.upserts), default=None)
@@ -176,10 +188,56 @@ def plan_batch(table: str, changes: Iterable[Change], truncated_at: str | None =
         held = latest.get(change.key)
         if held is None or change.order >= held.order:
             latest[change.key] = change
+    if any(c.unchanged for c in latest.values()):
+        _fill_unchanged(latest, items, cutoff)
     upserts = tuple(c for c in latest.values() if c.op is not Op.DELETE)
     deletes = tuple(c for c in latest.values() if c.op is Op.DELETE)
     position = max((c.position for c in truncates), default=None)
     return BatchPlan(table, upserts, deletes, cutoff is not None, received, position)
+
+
+def _fill_unchanged(
+    latest: dict[tuple[Any, ...], Change],
+    items: Sequence[Change],
+    cutoff: tuple[str, int, int] | None,
+) -> None:
+    """Give each key whose latest change is partial the values its earlier changes in the
+    batch set: the stored row would be replaced by them before the partial change applies,
+    so the partial change keeps those, and only what no change of the batch set stays
+    ``unchanged`` (kept from the stored row by the MERGE)."""
+    partial = {key for key, change in latest.items() if change.unchanged}
+    history: dict[tuple[Any, ...], list[Change]] = {key: [] for key in partial}
+    for change in items:
+        if change.op is Op.TRUNCATE or change.key not in history:
+            continue
+        if cutoff is not None and change.order < cutoff:
+            continue
+        history[change.key].append(change)
+    for key, changes in history.items():
+        state: Change | None = None
+        for change in sorted(changes, key=lambda c: c.order):
+            if change.unchanged and state is not None and state.op is not Op.DELETE:
+                state = _over(state, change)
+            else:
+                state = change
+        assert state is not None
+        latest[key] = state
+
+
+def _over(earlier: Change, partial: Change) -> Change:
+    """``partial`` with its unchanged columns taken from ``earlier`` (an upsert of the same
+    key) where ``earlier`` has them; the rest stay unchanged."""
+    assert partial.row is not None and partial.unchanged is not None
+    before = earlier.row or {}
+    kept = set(earlier.unchanged or ())
+    row = dict(partial.row)
+    still: list[str] = []
+    for column in partial.unchanged:
+        if column in kept or column not in before:
+            still.append(column)
+        else:
+            row[column] = before[column]
+    return partial._replace(row=row, unchanged=tuple(still) or None)
 
 
 def apply_to_model(
@@ -200,7 +258,10 @@ def apply_to_model(
         held = model.get(change.key)
         if held is None or plan.truncated or change.position >= held[0]:
             assert change.row is not None
-            model[change.key] = (change.position, change.row)
+            row = change.row
+            if change.unchanged and held is not None:
+                row = {**row, **{c: held[1][c] for c in change.unchanged if c in held[1]}}
+            model[change.key] = (change.position, row)
 
 
 def offsets_after(changes: Sequence[Change]) -> dict[tuple[str, int], int]:

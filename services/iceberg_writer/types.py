@@ -40,6 +40,8 @@ from shared.avro_types import decimal_parameters, expand_named_types, split_null
 
 Converter = Callable[[Any], Any]
 STAGING_FLAG = "_icefjord_delete"  # a batch-only column marking deletes; never a table column
+# A batch-only column: the columns each change left unchanged (partial batches only).
+UNCHANGED_COLUMNS = "_icefjord_unchanged"
 
 
 class UnsupportedTypeError(ValueError):
@@ -178,7 +180,9 @@ def table_schema(
     missing = [key for key in keys if key not in names]
     if missing:
         raise UnsupportedTypeError(f"key columns {missing} are not in the row")
-    clashes = [name for name in [*metadata.names(), STAGING_FLAG] if name in names]
+    clashes = [
+        name for name in [*metadata.names(), STAGING_FLAG, UNCHANGED_COLUMNS] if name in names
+    ]
     if clashes:
         raise UnsupportedTypeError(f"row columns {clashes} clash with the metadata columns")
     fields = [

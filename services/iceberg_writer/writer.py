@@ -96,7 +96,7 @@ TP = tuple[str, int]
 CONSUME_BATCH = 5000  # change records taken per consume call
 COPY_POSITION = "0" * 20  # a bulk copy's rows: before every change of the stream they precede
 # The change record's fields _decode reads; the others are skipped (AvroDecoder).
-DECODED = frozenset({"op", "position", "source_ts_ms", "key", "after"})
+DECODED = frozenset({"op", "position", "source_ts_ms", "key", "after", "unchanged"})
 TAKE_WAITING_S = 2.0  # longest a due commit waits while already-fetched records are taken
 
 
@@ -747,6 +747,7 @@ class Writer:
             raise WireFormatError(f"body does not match schema {schema_id}: {exc}") from exc
         record: dict[str, Any] = decoded
         op = Op(record["op"])
+        unchanged = record.get("unchanged") if op is Op.UPDATE else None
         key_record = record.get("key") or {}
         key: tuple[Any, ...] = ()
         if op is not Op.TRUNCATE:
@@ -765,6 +766,7 @@ class Writer:
             partition=message.partition(),
             offset=message.offset(),
             schema_id=schema_id,
+            unchanged=tuple(unchanged) if unchanged else None,
         )
 
     def _decoder(self, schema_id: int, parsed: Any) -> AvroDecoder:

@@ -203,13 +203,14 @@ def test_debezium_events_have_the_envelope_shape_and_the_generators_values(
                 names.schema,
                 table,
             )
-            # REPLICA IDENTITY FULL: updates and deletes carry the whole old row. (Columns
-            # added since have no value in the old image's schema: compare the common ones.)
-            if payload["op"] in ("u", "d"):
+            # The default replica identity: an update has no before image, a delete's holds
+            # the key of the row it removes.
+            if payload["op"] == "u":
+                assert payload["before"] is None
+            if payload["op"] == "d":
                 before, last = payload["before"], previous[key_text]
-                assert {c: before[c] for c in last if c in before} == {
-                    c: last[c] for c in last if c in before
-                }
+                key_columns = model.tables[table].key
+                assert {c: before[c] for c in key_columns} == {c: last[c] for c in key_columns}
             previous[key_text] = payload["after"]
         definition = model.tables[table]
         last = values[-1] if values[-1] is not None else values[-2]
@@ -465,6 +466,58 @@ def test_set_based_updates_change_exactly_the_planned_rows(capture: Capture) -> 
     finally:
         workload.drop(f"pub_{schema}", f"slot_{schema}")
         workload.close()
+
+
+def test_unchanged_toasted_values_under_the_default_identity_become_unchanged_columns(
+    stack: Stack, capture: Capture
+) -> None:
+    """PostgreSQL's default replica identity logs no unchanged TOASTed value: Debezium sends
+    its placeholder instead, in each column type's own form. The normalizer turns an update
+    carrying it into a change that names the columns ``unchanged`` (the writer keeps the
+    stored values); an insert always carries the values themselves."""
+    import os
+
+    import psycopg
+
+    from services.cdc_normalizer.normalize import DebeziumMessage, Normalized, Origin, normalize
+
+    table = f"docs_{uuid.uuid4().hex[:6]}"
+    qualified = f'"{capture.names.schema}"."{table}"'
+    body, blob = os.urandom(6000).hex(), os.urandom(9000)
+    with psycopg.connect(PostgresCluster(capture.settings).conninfo(), autocommit=True) as conn:
+        conn.execute(
+            f"CREATE TABLE {qualified} (id bigint PRIMARY KEY, n integer NOT NULL,"
+            " body text, blob bytea, doc jsonb)"
+        )
+        for column in ("body", "blob", "doc"):  # out of line, uncompressed: always TOASTed
+            conn.execute(f"ALTER TABLE {qualified} ALTER COLUMN {column} SET STORAGE EXTERNAL")
+        conn.execute(
+            f"INSERT INTO {qualified} VALUES (1, 0, %s, %s, %s::jsonb)",
+            (body, blob, json.dumps({"pad": body})),
+        )
+        conn.execute(f"UPDATE {qualified} SET n = 1 WHERE id = 1")
+        conn.execute(f"UPDATE {qualified} SET n = 2, body = 'short' WHERE id = 1")
+    topic = capture.names.topic(table)
+    deadline = time.monotonic() + 60
+    messages: list[Any] = []
+    while len(messages) < 3 and time.monotonic() < deadline:
+        messages = [m for m in read_topic(stack, topic, settle_s=2.0) if m.value() is not None]
+    assert len(messages) == 3, f"{len(messages)} events on {topic}"
+    changes = []
+    for m in sorted(messages, key=lambda m: m.offset()):
+        result = normalize(
+            DebeziumMessage(m.key(), m.value(), Origin(m.topic(), m.partition(), m.offset()))
+        )
+        assert isinstance(result, Normalized), result
+        changes.append(result.changes[0])
+    inserted, untouched, partly = changes
+    assert inserted.unchanged is None and inserted.after is not None
+    assert (inserted.after["body"], inserted.after["blob"]) == (body, blob)
+    assert untouched.unchanged == ("body", "blob", "doc")
+    assert untouched.after is not None and untouched.after["n"] == 1
+    assert untouched.after["body"] is None and untouched.after["blob"] is None
+    assert partly.unchanged == ("blob", "doc")
+    assert partly.after is not None and partly.after["body"] == "short"
 
 
 def test_a_restarted_worker_is_healthy_once_it_knows_its_connectors(capture: Capture) -> None:

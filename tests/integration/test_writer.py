@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -48,7 +49,7 @@ def histories(draw: st.DrawFn) -> tuple[list[Event], list[Event]]:
 
     A replay re-delivers a run of earlier changes, in order, from some point up to where it
     happens (what a connector restart from an older offset does); replayed changes are stale
-    when they arrive.
+    when they arrive. Some updates leave columns unchanged (:attr:`Event.unchanged`).
     """
     keys = draw(st.integers(2, 12))
     steps = draw(st.integers(1, 120))
@@ -65,7 +66,13 @@ def histories(draw: st.DrawFn) -> tuple[list[Event], list[Event]]:
         else:
             op = draw(st.sampled_from(["CREATE", "READ"]))
         amount = draw(st.none() | st.decimals(-1000, 1000, places=2).map(str))
-        history.append(Event(seq, op, key, name=f"n{seq}-ü", amount=amount))
+        # An update may leave columns unchanged (unchanged TOASTed values): the stored ones stay.
+        unchanged: tuple[str, ...] = ()
+        if op == "UPDATE":
+            unchanged = tuple(
+                draw(st.lists(st.sampled_from(["name", "amount"]), unique=True, max_size=2))
+            )
+        history.append(Event(seq, op, key, name=f"n{seq}-ü", amount=amount, unchanged=unchanged))
         if op == "DELETE":
             live.discard(key)
         else:
@@ -99,6 +106,40 @@ def test_random_histories_end_equal_to_the_model(
     run_until_caught_up(writer)
     producer.send(schema, delivery[half:])
     run_until_caught_up(writer)
+    assert_equal_to_model(spark, table, history)
+
+
+def test_partial_updates_keep_the_stored_values_of_unchanged_columns(
+    stack: Stack, spark: Any, change_topic: str
+) -> None:
+    """Updates that leave columns unchanged (Debezium's placeholder for an unchanged TOASTed
+    value, under PostgreSQL's default replica identity) keep the stored values: alone in a
+    commit (the MERGE reads the stored row), and after a whole update of the same key in the
+    same batch (that update's values)."""
+    table = change_topic.removeprefix("icefjord.changes.")
+    schema = change_schema(*table.split("."))
+    producer = producer_for(stack, change_topic)
+    writer = start_writer(writer_settings(stack, change_topic))
+    producer.send(
+        schema,
+        [
+            Event(1, "CREATE", 1, name="stored-1", amount="1.00"),
+            Event(2, "CREATE", 2, name="stored-2", amount="2.00"),
+        ],
+    )
+    run_until_caught_up(writer)
+    history = [
+        Event(1, "CREATE", 1, name="stored-1", amount="1.00"),
+        Event(2, "CREATE", 2, name="stored-2", amount="2.00"),
+        Event(3, "UPDATE", 1, amount="3.00", unchanged=("name",)),
+        Event(4, "UPDATE", 2, name="whole-2", amount="4.00"),
+        Event(5, "UPDATE", 2, amount=None, unchanged=("name", "amount")),
+    ]
+    producer.send(schema, history[2:])
+    run_until_caught_up(writer)
+    rows = table_rows(spark, table)
+    assert (rows[1]["name"], rows[1]["amount"]) == ("stored-1", Decimal("3.00"))
+    assert (rows[2]["name"], rows[2]["amount"]) == ("whole-2", Decimal("4.00"))
     assert_equal_to_model(spark, table, history)
 
 

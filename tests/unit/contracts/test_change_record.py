@@ -12,7 +12,7 @@ from contracts import load_schema, schema_versions
 pytestmark = pytest.mark.unit
 
 VERSIONS = schema_versions("change_record")
-ENVELOPE = ["op", "position", "source_ts_ms", "tx_id", "source", "key", "after"]
+ENVELOPE = ["op", "position", "source_ts_ms", "tx_id", "source", "key", "after", "unchanged"]
 
 
 def _schema(version: int) -> dict[str, Any]:
@@ -64,6 +64,8 @@ def test_envelope_fields_are_the_fixed_ones(version: int) -> None:
     assert fields["source_ts_ms"]["type"] == "long"
     assert fields["tx_id"]["type"] == ["null", "string"]
     assert fields["tx_id"]["default"] is None
+    assert fields["unchanged"]["type"] == ["null", {"type": "array", "items": "string"}]
+    assert fields["unchanged"]["default"] is None
     assert fields["source"]["type"] == {"type": "map", "values": "string"}
     assert fields["after"]["default"] is None
 

@@ -22,15 +22,14 @@ from icefjord.demo.model import (
 pytestmark = pytest.mark.unit
 
 
-def test_create_table_has_types_not_null_key_and_full_replica_identity() -> None:
-    create, identity = create_table_sql("shop", PAYMENTS)
+def test_create_table_has_types_not_null_key_and_the_default_replica_identity() -> None:
+    [create] = create_table_sql("shop", PAYMENTS)
     assert create.startswith("CREATE TABLE shop.payments (order_id uuid NOT NULL, seq integer")
     assert "amount numeric(10,2) NOT NULL" in create
     assert "paid_at timestamp(3)," in create
     assert "fx_rate double precision," in create
     assert "score numeric," in create
     assert create.endswith("PRIMARY KEY (order_id, seq))")
-    assert identity == "ALTER TABLE shop.payments REPLICA IDENTITY FULL"
     assert "tier shop.customer_tier NOT NULL" in create_table_sql("shop", CUSTOMERS)[0]
 
 

@@ -185,13 +185,51 @@ def test_equal_source_schemas_give_equal_table_schemas(pg_message, events) -> No
     assert first.schema == second.schema
 
 
-def test_unchanged_toast_placeholder_is_rejected(pg_message, events) -> None:
+PLACEHOLDER = "__debezium_unavailable_value"
+
+
+def test_update_placeholders_become_unchanged_columns(pg_message, events) -> None:
+    """An update without an unchanged TOASTed value (REPLICA IDENTITY DEFAULT): the columns are
+    listed as unchanged, in column order, with a null stand-in; the rest is typed as usual."""
     after = events.pg_after()
-    after["metadata"] = "__debezium_unavailable_value"
-    rejected = normalize(pg_message("u", after=after))
+    after["metadata"] = PLACEHOLDER
+    after["tags"] = [PLACEHOLDER]
+    change = _single(normalize(pg_message("u", after=after))).changes[0]
+    assert change.op is Operation.UPDATE
+    assert change.unchanged == ("tags", "metadata")
+    assert change.after is not None
+    assert change.after["tags"] is None and change.after["metadata"] is None
+    expected = {k: v for k, v in EXPECTED_AFTER.items() if k not in ("tags", "metadata")}
+    assert {k: v for k, v in change.after.items() if k in expected} == expected
+    record = change.to_record()
+    assert record["unchanged"] == ["tags", "metadata"]
+
+
+def test_whole_update_has_no_unchanged_columns(pg_message, events) -> None:
+    change = _single(normalize(pg_message("u", after=events.pg_after()))).changes[0]
+    assert change.unchanged is None
+    assert change.to_record()["unchanged"] is None
+
+
+@pytest.mark.parametrize("op", ["c", "r"])
+def test_placeholder_in_a_whole_row_is_rejected(pg_message, events, op) -> None:
+    """An insert or a snapshot read has no stored row to keep a value from."""
+    after = events.pg_after()
+    after["metadata"] = PLACEHOLDER
+    rejected = normalize(pg_message(op, after=after))
     assert isinstance(rejected, RejectedRecord)
     assert rejected.reason == "unavailable_value"
     assert "metadata" in rejected.message
+
+
+def test_placeholder_as_a_real_value_of_another_kind_is_kept(pg_message, events) -> None:
+    """Only string, bytes and array columns can hold the placeholder: the text in a string
+    column is the placeholder, the same text inside a longer value is data."""
+    after = events.pg_after()
+    after["metadata"] = f'"{PLACEHOLDER}"'
+    change = _single(normalize(pg_message("u", after=after))).changes[0]
+    assert change.unchanged is None
+    assert change.after is not None and change.after["metadata"] == f'"{PLACEHOLDER}"'
 
 
 def test_missing_timestamps_fall_back_to_kafka_then_reject(events) -> None:

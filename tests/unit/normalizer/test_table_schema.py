@@ -12,6 +12,7 @@ import pytest
 from services.cdc_normalizer.connect_schema import ConnectField, ConnectKind, ConnectSchema
 from services.cdc_normalizer.errors import InvalidSchema
 from services.cdc_normalizer.normalize import Normalized, normalize
+from services.cdc_normalizer.plan import table_plan
 from services.cdc_normalizer.table_schema import (
     TableId,
     TableSchema,
@@ -50,7 +51,13 @@ def test_value_schema_has_the_common_shape(pg_message, events) -> None:
         "source",
         "key",
         "after",
+        "unchanged",
     ]
+    assert _field(schema, "unchanged") == {
+        "name": "unchanged",
+        "type": ["null", {"type": "array", "items": "string"}],
+        "default": None,
+    }
     assert _field(schema, "op")["type"] == {
         "type": "enum",
         "name": "Operation",
@@ -146,7 +153,7 @@ def test_names_are_sanitized() -> None:
     assert schema["name"] == "OrderItemsChange"
     assert schema["namespace"] == "io.icefjord.changes.my_db"
     assert schema["icefjord.table"] == "my-db.order items"
-    row = schema["fields"][-1]["type"][1]
+    row = _field(schema, "after")["type"][1]
     assert row["fields"][1] == {
         "name": "unit_price",
         "type": ["null", "double"],
@@ -178,9 +185,45 @@ def test_nested_record_name_clash_gets_a_suffix() -> None:
             ConnectField("address_zip", inner),
         )
     )
-    row = schema["fields"][-1]["type"][1]
+    row = _field(schema, "after")["type"][1]
     address = row["fields"][1]["type"]
     assert address["name"] == "OrderItemsAddress"
     assert address["fields"][0]["type"]["name"] == "OrderItemsAddressZip"
     assert row["fields"][2]["type"]["name"] == "OrderItemsAddressZip2"
     fastavro.parse_schema(schema)
+
+
+def test_stand_ins_take_the_type_of_a_required_column() -> None:
+    """A NOT NULL column's stand-in is an empty value of its type (null would not encode);
+    the writer never stores it over the kept value."""
+
+    def column(name: str, kind: ConnectKind, optional: bool) -> ConnectField:
+        items = ConnectSchema(ConnectKind.STRING) if kind is ConnectKind.ARRAY else None
+        return ConnectField(name, ConnectSchema(kind, optional=optional, items=items))
+
+    row = ConnectSchema(
+        ConnectKind.STRUCT,
+        fields=(
+            column("id", ConnectKind.INT64, False),
+            column("body", ConnectKind.STRING, False),
+            column("blob", ConnectKind.BYTES, False),
+            column("labels", ConnectKind.ARRAY, False),
+            column("note", ConnectKind.STRING, True),
+        ),
+    )
+    plan = table_plan(TableId("public", "docs"), row, ("id",), None)
+    placeholder = "__debezium_unavailable_value"
+    image = {
+        "id": 1,
+        "body": placeholder,
+        "blob": placeholder.encode(),
+        "labels": [placeholder],
+        "note": placeholder,
+    }
+    missing = plan.unavailable(image, placeholder)
+    assert missing == ("body", "blob", "labels", "note")
+    filled = plan.with_stand_ins(image, missing)
+    assert filled == {"id": 1, "body": "", "blob": b"", "labels": [], "note": None}
+    assert image["body"] == placeholder  # the image itself is left as it was
+    converted = plan.row(filled, "after")
+    assert converted["body"] == "" and converted["blob"] == b"" and converted["labels"] == []

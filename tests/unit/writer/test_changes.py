@@ -575,3 +575,106 @@ def test_batches_the_bounds_admit_end_as_the_merge_would(
             apply_to_model(upserted, plan)
         bounds.record(batch)
         assert upserted == merged
+
+
+# -- partial rows (unchanged TOASTed values) ---------------------------------------------------
+
+COLUMNS = ("a", "b", "c")
+
+
+@st.composite
+def partial_histories(
+    draw: st.DrawFn,
+) -> tuple[list[Change], dict[tuple[Any, ...], dict[str, Any]]]:
+    """A source's history of keys 1-3 and the source's rows after it. An update either sends
+    the whole row or leaves some columns unchanged (their values stay, and the change record
+    carries stand-ins there and names them ``unchanged``), as Debezium does for unchanged
+    TOASTed values under PostgreSQL's default replica identity. Each key's changes travel in
+    one partition (``key % 2``), offsets in source order."""
+    source: dict[tuple[Any, ...], dict[str, Any]] = {}
+    changes: list[Change] = []
+    offsets = [0, 0]
+    for step in range(draw(st.integers(1, 14))):
+        key = (draw(st.integers(1, 3)),)
+        values = {c: draw(st.integers(0, 5)) for c in COLUMNS}
+        unchanged: tuple[str, ...] | None = None
+        if key not in source:
+            op = draw(st.sampled_from([Op.CREATE, Op.READ]))
+            row: dict[str, Any] | None = {"id": key[0], **values}
+        elif draw(st.booleans()):
+            op, row = Op.DELETE, None
+        else:
+            op = Op.UPDATE
+            kept = draw(st.lists(st.sampled_from(COLUMNS), unique=True, max_size=3))
+            unchanged = tuple(c for c in COLUMNS if c in kept) or None
+            row = {"id": key[0], **values, **{c: "stand-in" for c in kept}}
+        if op is Op.DELETE:
+            del source[key]
+        else:
+            assert row is not None
+            source[key] = {
+                k: (source[key][k] if unchanged and k in unchanged else v) for k, v in row.items()
+            }
+        partition = key[0] % 2
+        changes.append(
+            Change(
+                TABLE,
+                op,
+                pos(step + 1),
+                0,
+                key,
+                row,
+                TOPIC,
+                partition,
+                offsets[partition],
+                1,
+                unchanged,
+            )
+        )
+        offsets[partition] += 1
+    return changes, source
+
+
+def _rows(model: Model) -> dict[tuple[Any, ...], dict[str, Any]]:
+    return {key: dict(row) for key, (_, row) in model.items()}
+
+
+@given(partial_histories(), st.lists(st.integers(0, 14), max_size=4), st.integers(0, 14))
+@settings(max_examples=200)
+def test_partial_updates_keep_the_values_the_source_kept(
+    history: tuple[list[Change], dict[tuple[Any, ...], dict[str, Any]]],
+    cuts: list[int],
+    replay_from: int,
+) -> None:
+    """Committed in batches cut anywhere, and then with a suffix delivered again (a replay
+    after a crash), partial updates give the source's rows: an unchanged column holds what
+    the source holds, never a stand-in."""
+    changes, source = history
+    model: Model = {}
+    bounds = sorted({0, len(changes), *(min(c, len(changes)) for c in cuts)})
+    for start, end in itertools.pairwise(bounds):
+        apply_to_model(model, plan_batch(TABLE, changes[start:end]))
+    assert _rows(model) == source
+    apply_to_model(model, plan_batch(TABLE, changes[min(replay_from, len(changes)) :]))
+    assert _rows(model) == source
+
+
+def test_a_partial_update_takes_unchanged_values_from_an_earlier_change_of_the_batch() -> None:
+    whole = Change(TABLE, Op.UPDATE, pos(2), 0, (1,), {"id": 1, "a": 7, "b": 8}, TOPIC, 0, 1, 1)
+    partial = Change(
+        TABLE, Op.UPDATE, pos(3), 0, (1,), {"id": 1, "a": "", "b": 9}, TOPIC, 0, 2, 1, ("a",)
+    )
+    plan = plan_batch(TABLE, [partial, whole])
+    assert [(c.row, c.unchanged) for c in plan.upserts] == [({"id": 1, "a": 7, "b": 9}, None)]
+    assert not plan.partial
+    alone = plan_batch(TABLE, [partial])
+    assert alone.partial and alone.upserts[0].unchanged == ("a",)
+
+
+@pytest.mark.parametrize("empty", [True, False])
+def test_a_partial_batch_always_takes_the_merge(empty: bool) -> None:
+    partial = Change(
+        TABLE, Op.UPDATE, pos(3), 0, (1,), {"id": 1, "a": "", "b": 9}, TOPIC, 0, 2, 1, ("a",)
+    )
+    plan = plan_batch(TABLE, [partial])
+    assert plan.path(table_is_empty=empty, stored_floor=None, newer=True) is Path.MERGE
