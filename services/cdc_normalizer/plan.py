@@ -37,23 +37,21 @@ class TablePlan:
     """The per-table decisions; see the module docstring.
 
     ``key_fields`` are ``(column, Avro name, converter, where)`` in key order; ``row`` converts
-    a row image (where ``"after"``); ``placeholder_columns`` are the ``(column, kind)`` of the
-    string, bytes and array columns, in column order, and ``stand_in_types`` their
-    ``(optional, kind)`` by column.
+    a row image (where ``"after"``); ``placeholder_columns`` are the ``(column, kind,
+    optional)`` of the string, bytes and array columns, in column order.
     """
 
     schema: TableSchema
     key_fields: tuple[tuple[str, str, Converter, str], ...]
     row: Converter
-    placeholder_columns: tuple[tuple[str, ConnectKind], ...]
-    stand_in_types: Mapping[str, tuple[bool, ConnectKind]]
+    placeholder_columns: tuple[tuple[str, ConnectKind, bool], ...]
 
     def unavailable(self, image: Mapping[str, Any], placeholder: str) -> tuple[str, ...]:
         """The columns of ``image`` that hold the unavailable-value placeholder (an unchanged
         TOASTed value Debezium did not get), in column order; empty for most images."""
         encoded, as_base64 = _placeholder_forms(placeholder)
         missing: list[str] = []
-        for column, kind in self.placeholder_columns:
+        for column, kind, _ in self.placeholder_columns:
             value = image.get(column)
             if value is None:
                 continue
@@ -82,8 +80,9 @@ class TablePlan:
         array. The change record lists the columns as ``unchanged``, so the writer keeps the
         stored value and never stores the stand-in over it."""
         out = dict(image)
-        for column in columns:
-            optional, kind = self.stand_in_types[column]
+        for column, kind, optional in self.placeholder_columns:
+            if column not in columns:
+                continue
             if optional:
                 out[column] = None
             elif kind is ConnectKind.ARRAY:
@@ -140,15 +139,8 @@ def _build(
         for field in schema.key.fields
     )
     placeholder_columns = tuple(
-        (field.name, field.schema.kind)
+        (field.name, field.schema.kind, field.schema.optional)
         for field in row.fields
         if field.schema.kind in _PLACEHOLDER_KINDS
     )
-    stand_in_types = {
-        field.name: (field.schema.optional, field.schema.kind)
-        for field in row.fields
-        if field.schema.kind in _PLACEHOLDER_KINDS
-    }
-    return TablePlan(
-        schema, key_fields, compile_converter(row), placeholder_columns, stand_in_types
-    )
+    return TablePlan(schema, key_fields, compile_converter(row), placeholder_columns)
