@@ -13,6 +13,12 @@ Why a table property rather than a control event: it is read in the same catalog
 writer makes before every commit anyway (the epoch check), so there is no ordering question
 between a Kafka topic and the catalog, and no acknowledgement to wait for; and it outlives
 restarts of either service without any state of their own.
+
+The writer holds back only the commits that delete rows in stored files or read them (its
+MERGE, insert and replace paths). Its upsert path adds rows and equality deletes, which a
+rewrite's validation ignores (the rewritten files keep the rewrite's starting sequence
+number, so newer equality deletes still apply to them): those commits go ahead
+(``services.iceberg_writer.changes.Path.waits_for_lease``).
 """
 
 from __future__ import annotations

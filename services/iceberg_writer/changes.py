@@ -66,6 +66,20 @@ class Path(enum.StrEnum):
     UPSERT = "upsert"  # every change at least as new as its stored row: no join needed
     REPLACE = "replace"  # a truncate: the batch's rows become the whole table
 
+    @property
+    def waits_for_lease(self) -> bool:
+        """Whether a commit on this path waits out the maintainer's compaction lease
+        (``shared/lease.py``).
+
+        A rewrite fails when a commit meanwhile deleted rows in a file it replaces
+        (position deletes, deletion vectors: the MERGE) or removed the file (REPLACE), and
+        INSERT's anti-join reads the files. APPEND and UPSERT only add files: the rows,
+        and equality deletes, which Iceberg's rewrite validation ignores because the
+        rewritten files keep the sequence number of the rewrite's starting snapshot, so
+        the newer deletes still apply to them. Those commits go ahead under the lease.
+        """
+        return self in (Path.MERGE, Path.INSERT, Path.REPLACE)
+
 
 @dataclass(frozen=True, slots=True)
 class BatchPlan:

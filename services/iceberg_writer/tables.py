@@ -63,6 +63,12 @@ DEFAULT_PROPERTIES: Mapping[str, str] = {
     # Every commit adds a manifest, and every MERGE plans by reading them all; merging at
     # 10 (Iceberg's default is 100) keeps planning cheap in a table committed every second.
     "commit.manifest.min-count-to-merge": "10",
+    # The writer and the maintainer's rewrites commit to a table at the same time (upsert
+    # commits go ahead under a compaction lease, shared/lease.py). A commit that finds the
+    # metadata changed re-applies itself to the new metadata (after 0.1, 0.2, 0.4 ... s);
+    # with Iceberg's default of 4 tries a rewrite could lose to a writer committing twice a
+    # second, and the maintainer then ran the whole rewrite again.
+    "commit.retry.num-retries": "6",
 }
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")

@@ -724,7 +724,8 @@ class Writer:
             return
         state.pending.append(change)
         state.consumed[tp] = offset + 1
-        state.clock.added(now)
+        if state.clock.first_at is None:  # the batch's first change: how old it arrives
+            state.clock.added(now, max(0.0, time.time() - change.source_ts_ms / 1000))
         counter = self._received.get((state.name, change.op))
         if counter is None:
             counter = self.metrics.changes_received.labels(state.name, change.op.value)
@@ -973,11 +974,8 @@ class Writer:
         self._store.check_epoch(state.name, self.epoch)
         table = self._store.load(state.name)
         assert table is not None
-        if leased(table.properties, int(time.time() * 1000)):
-            # The maintainer is rewriting this table (shared/lease.py): the changes wait in
-            # memory and go in the first commit after the lease.
-            self.metrics.lease_deferrals.labels(state.name).inc()
-            return
+        if not self.settings.upsert_path and self._lease_holds(state, table):
+            return  # every batch could need a MERGE: no planning while the lease lasts
         plan = plan_batch(state.name, state.pending, state.truncated_at)
         offsets = {**state.committed, **state.consumed}
         watermark = max(c.source_ts_ms for c in state.pending)
@@ -1000,6 +998,8 @@ class Writer:
             if self.settings.insert_path and plan.reads_only and not empty:
                 floor = position_floor(table, self._store.metadata.position)
             path = plan.path(empty, floor, self._newer(state, table, plan))
+            if path.waits_for_lease and self._lease_holds(state, table):
+                return
             batch = arrow_batch(plan, table, state.keys, state.converters, self._store.metadata)
             try:
                 result = self._batch_writer.write(
@@ -1027,9 +1027,6 @@ class Writer:
                 time.sleep(min(5.0, 0.2 * 2**attempt))
                 self._store.check_epoch(state.name, self.epoch)
                 table = self._store.load(state.name) or table
-                if leased(table.properties, int(time.time() * 1000)):
-                    self.metrics.lease_deferrals.labels(state.name).inc()
-                    return  # lost to the maintainer's rewrite: after its lease
         seconds = time.monotonic() - started
         now_ms = time.time() * 1000
         committed_table = self._store.load(state.name)
@@ -1072,6 +1069,14 @@ class Writer:
             updated = sum(1 for c in plan.upserts if c.op is Op.UPDATE)
             counts = (len(plan.upserts) - updated, updated, len(plan.deletes))
             self._publish_commit(state, committed_table, checkpoint, seconds, freshness, counts)
+
+    def _lease_holds(self, state: TableState, table: Table) -> bool:
+        """Whether the maintainer's compaction lease (``shared/lease.py``) holds this commit
+        back: the changes then wait in memory and go in the first commit after it."""
+        if leased(table.properties, int(time.time() * 1000)):
+            self.metrics.lease_deferrals.labels(state.name).inc()
+            return True
+        return False
 
     def _newer(self, state: TableState, table: Table, plan: BatchPlan) -> bool:
         """Whether every change of ``plan`` is at least as new as the stored row of its key

@@ -563,3 +563,110 @@ def test_compaction_applies_the_writers_equality_deletes_and_drops_them(
     left = spark.sql(f"SELECT count(*) AS n FROM icefjord.{table}.delete_files").first().n
     assert left == 0, "equality deletes left behind after the compaction"
     assert result.files_after == 1
+
+
+def test_upsert_commits_go_in_under_the_lease_and_every_compaction_still_commits(
+    stack: Stack, spark: Any, namespace: str
+) -> None:
+    """The writer's upsert path only adds files (rows, and equality deletes of their keys),
+    so it commits under the compaction lease (``Path.waits_for_lease``). Iceberg's rewrite
+    validation ignores equality deletes newer than the rewrite's starting snapshot, whose
+    sequence number the rewritten files keep, so those deletes still apply to them: every
+    compaction commits at its first attempt, and the table equals the writer's model."""
+    import pyarrow as pa
+
+    from services.iceberg_writer.tables import DEFAULT_PROPERTIES
+    from services.iceberg_writer.types import STAGING_FLAG
+    from services.iceberg_writer.upserts import write_upserts
+    from services.maintainer.policy import COMPACTION_OPTIONS, EQUALITY_DELETES_OPTION
+
+    table = f"{namespace}.upserted_under_lease"
+    retries = DEFAULT_PROPERTIES["commit.retry.num-retries"]  # as the writer creates tables
+    spark.sql(
+        f"""CREATE TABLE icefjord.{table} (id BIGINT NOT NULL, region STRING, v STRING)
+        USING iceberg TBLPROPERTIES ('format-version'='3', 'write.merge.mode'='merge-on-read',
+                                     'commit.retry.num-retries'='{retries}')"""
+    )
+    model: dict[int, tuple[str, str]] = {k: (region(k), "v0") for k in range(120)}
+    append(spark, table, [(k, r, v) for k, (r, v) in model.items()])
+    catalog = open_catalog(stack.catalog)
+    leased_executor = MaintenanceExecutor(
+        SparkProcedureRunner(spark),
+        TableInspector(catalog),
+        catalog=stack.catalog.name,
+        retry_delay_s=0.5,
+        max_attempts=4,
+        lease_s=60.0,
+        lease_settle_s=0.5,
+    )
+    stop = threading.Event()
+    stats = {"commits": 0, "under_lease": 0}
+    failure: list[BaseException] = []
+
+    def lease_held() -> bool:
+        return leased(catalog.load_table(table).properties, int(time.time() * 1000))
+
+    def writer() -> None:
+        rng = random.Random(7)
+        step = 0
+        try:
+            while not stop.is_set():
+                step += 1
+                # One key from every tenth of the key space (a new key now and then), a
+                # fifth of them deleted: every stored file is touched at every commit.
+                keys = [tenth * 13 + rng.randrange(13) for tenth in range(10)]
+                gone = [rng.random() < 0.2 for _ in keys]
+                batch = pa.table(
+                    {
+                        "id": pa.array(keys, pa.int64()),
+                        "region": [region(k) for k in keys],
+                        "v": [f"w{step}" for _ in keys],
+                        STAGING_FLAG: gone,
+                    }
+                )
+                before = lease_held()
+                write_upserts(
+                    spark, f"icefjord.{table}", batch, ["id"], {"icefjord.step": str(step)}
+                )
+                if before and lease_held():
+                    stats["under_lease"] += 1
+                for key, deleted in zip(keys, gone, strict=True):
+                    if deleted:
+                        model.pop(key, None)
+                    else:
+                        model[key] = (region(key), f"w{step}")
+                stats["commits"] += 1
+                stop.wait(0.5)  # twice a second: iceberg-writer's fastest cadence per table
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=writer, name="writer", daemon=True)
+    thread.start()
+    results: list[MaintenanceResult] = []
+    options = {**COMPACTION_OPTIONS, EQUALITY_DELETES_OPTION: "1", "min-input-files": "2"}
+    try:
+        # Three rounds at least; more (up to eight) until a commit has gone in under a lease.
+        for _round in range(8):
+            if len(results) >= 3 and stats["under_lease"] > 0:
+                break
+            time.sleep(2)
+            if failure:
+                break
+            results.append(
+                leased_executor.execute(
+                    request(table, MaintenanceAction.COMPACT_DATA_FILES, **options),
+                    MaintenancePolicy(),
+                )
+            )
+    finally:
+        stop.set()
+        thread.join(timeout=120)
+    assert not failure, failure
+    assert len(results) >= 3
+    for result in results:
+        assert result.status is Status.SUCCEEDED, results
+        assert "attempts" not in (result.message or ""), f"a rewrite had to retry: {result}"
+    assert stats["under_lease"] > 0, "no commit went in under a lease: it proved nothing"
+    assert LEASE_PROPERTY not in catalog.load_table(table).properties
+    assert contents(spark, table) == model
+    print(f"\nupserts under the lease: {stats}, results {[r.message for r in results]}")

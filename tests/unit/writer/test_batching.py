@@ -114,3 +114,46 @@ def test_a_slow_table_lingers_only_the_minimum() -> None:
     c.added(0.0)
     assert not c.should_close(0.49, 1)
     assert c.should_close(0.5, 1)
+
+
+def test_a_batch_whose_first_change_arrives_long_behind_lingers_longer() -> None:
+    c = clock(target_s=5, min_s=0.2)  # commit_s 1 s: linger 0.3 * 5 - 1 = 0.5 s
+    c.added(100.0, age_s=30.0)  # six targets behind: the budget is its age, 30 s
+    assert c.linger_s() == pytest.approx(0.3 * 30 - 1)
+    c.added(101.0, age_s=0.0)  # a later change does not change the batch's wait
+    assert not c.should_close(100.0 + 0.3 * 30 - 1 - 0.01, 10)
+    assert c.should_close(100.0 + 0.3 * 30 - 1, 10)
+
+
+def test_the_stretch_is_capped_and_ends_with_the_commit() -> None:
+    c = clock(target_s=5, min_s=0.2)
+    c.added(0.0, age_s=3_600.0)  # an hour behind: capped at six targets
+    assert c.linger_s() == pytest.approx(0.3 * 6 * 5 - 1)
+    c.committed(1.0)
+    c.added(50.0, age_s=1.0)  # caught up: the plain budget again
+    assert c.linger_s() == pytest.approx(0.3 * 5 - 1)
+
+
+@given(targets, minimums, st.floats(0, 1, allow_nan=False), st.lists(durations, max_size=5))
+def test_a_writer_that_keeps_up_never_stretches(
+    target: float, min_s: float, share_of_threshold: float, commits: list[float]
+) -> None:
+    # A first change younger than twice the target: the linger the target alone gives.
+    kept_up, plain = clock(target, min_s), clock(target, min_s)
+    for seconds in commits:
+        kept_up.committed(seconds)
+        plain.committed(seconds)
+    kept_up.added(0.0, age_s=share_of_threshold * 2 * target)
+    plain.added(0.0)
+    assert kept_up.linger_s() == plain.linger_s()
+
+
+@given(targets, minimums, durations, durations)
+def test_an_older_first_change_never_lingers_less(
+    target: float, min_s: float, a: float, b: float
+) -> None:
+    young, old = sorted((a, b))
+    c_young, c_old = clock(target, min_s), clock(target, min_s)
+    c_young.added(0.0, age_s=young)
+    c_old.added(0.0, age_s=old)
+    assert c_young.linger_s() <= c_old.linger_s() <= max(min_s, 0.3 * 6 * target)

@@ -503,6 +503,13 @@ def test_upsert_when_every_change_is_known_to_be_newer() -> None:
     assert reads.path(False, stored_floor=pos(5), newer=True) is Path.INSERT
 
 
+def test_only_the_paths_that_delete_in_or_read_stored_files_wait_for_the_lease() -> None:
+    # A rewrite fails over position deletes or removed files; added rows and equality
+    # deletes (the upsert path) apply to the rewritten files by their sequence number.
+    waiting = {path for path in Path if path.waits_for_lease}
+    assert waiting == {Path.MERGE, Path.INSERT, Path.REPLACE}
+
+
 def test_bounds_admit_a_change_at_or_above_its_partitions_bound() -> None:
     bounds = PositionBounds(pos(5))
     assert bounds.admits([change(Op.UPDATE, 1, pos(5)), change(Op.UPDATE, 2, pos(6))])
