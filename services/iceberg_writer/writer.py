@@ -724,8 +724,7 @@ class Writer:
             return
         state.pending.append(change)
         state.consumed[tp] = offset + 1
-        if state.clock.first_at is None:  # the batch's first change: how old it arrives
-            state.clock.added(now, max(0.0, time.time() - change.source_ts_ms / 1000))
+        state.clock.added(now)
         counter = self._received.get((state.name, change.op))
         if counter is None:
             counter = self.metrics.changes_received.labels(state.name, change.op.value)

@@ -84,6 +84,53 @@ def contents(spark: Any, table: str) -> dict[int, tuple[str, str]]:
     return out
 
 
+def executor_with_lease(
+    stack: Stack, spark: Any, catalog: Any, settle_s: float
+) -> MaintenanceExecutor:
+    """An executor that holds the compaction lease around its rewrites."""
+    return MaintenanceExecutor(
+        SparkProcedureRunner(spark),
+        TableInspector(catalog),
+        catalog=stack.catalog.name,
+        retry_delay_s=0.5,
+        max_attempts=4,
+        lease_s=60.0,
+        lease_settle_s=settle_s,
+    )
+
+
+def upsert(
+    spark: Any,
+    table: str,
+    model: dict[int, tuple[str, str]],
+    keys: list[int],
+    gone: list[bool],
+    step: int,
+) -> None:
+    """One commit on iceberg-writer's upsert path (equality deletes of ``keys``, their rows
+    with value ``u<step>`` except where ``gone``), applied to ``model`` too."""
+    import pyarrow as pa
+
+    from services.iceberg_writer.types import STAGING_FLAG
+    from services.iceberg_writer.upserts import write_upserts
+
+    value = f"u{step}"
+    batch = pa.table(
+        {
+            "id": pa.array(keys, pa.int64()),
+            "region": [region(k) for k in keys],
+            "v": [value for _ in keys],
+            STAGING_FLAG: gone,
+        }
+    )
+    write_upserts(spark, f"icefjord.{table}", batch, ["id"], {"icefjord.step": str(step)})
+    for key, deleted in zip(keys, gone, strict=True):
+        if deleted:
+            model.pop(key, None)
+        else:
+            model[key] = (region(key), value)
+
+
 def request(table: str, action: MaintenanceAction, **options: str) -> MaintenanceRequest:
     partition = options.pop("partition", None)
     return MaintenanceRequest(
@@ -429,15 +476,7 @@ def test_with_the_lease_compaction_wins_against_updates_spread_over_every_file(
     model: dict[int, tuple[str, str]] = {k: (region(k), "v0") for k in range(120)}
     append(spark, table, [(k, r, v) for k, (r, v) in model.items()], {"changes:0": 120})
     catalog = open_catalog(stack.catalog)
-    leased_executor = MaintenanceExecutor(
-        SparkProcedureRunner(spark),
-        TableInspector(catalog),
-        catalog=stack.catalog.name,
-        retry_delay_s=0.5,
-        max_attempts=4,
-        lease_s=60.0,
-        lease_settle_s=3.0,
-    )
+    leased_executor = executor_with_lease(stack, spark, catalog, settle_s=3.0)
     stop = threading.Event()
     stats = {"commits": 0, "conflicts": 0, "lease_waits": 0}
     failure: list[BaseException] = []
@@ -520,10 +559,6 @@ def test_compaction_applies_the_writers_equality_deletes_and_drops_them(
     """The writer's upsert path (``upserts.py``) commits equality deletes; a compaction with
     the policy's options for them rewrites every file they touch, and the executor then
     removes the delete files (Iceberg leaves them in an unpartitioned table)."""
-    import pyarrow as pa
-
-    from services.iceberg_writer.types import STAGING_FLAG
-    from services.iceberg_writer.upserts import write_upserts
     from services.maintainer.policy import COMPACTION_OPTIONS, EQUALITY_DELETES_OPTION
 
     table = f"{namespace}.upserted"
@@ -537,20 +572,7 @@ def test_compaction_applies_the_writers_equality_deletes_and_drops_them(
     for step in range(6):
         keys = rng.sample(range(50), 8)
         deleted = [k % 4 == 0 for k in keys]
-        batch = pa.table(
-            {
-                "id": pa.array(keys, pa.int64()),
-                "region": [region(k) for k in keys],
-                "v": [f"u{step}" for _ in keys],
-                STAGING_FLAG: deleted,
-            }
-        )
-        write_upserts(spark, f"icefjord.{table}", batch, ["id"], {"icefjord.step": str(step)})
-        for key, gone in zip(keys, deleted, strict=True):
-            if gone:
-                model.pop(key, None)
-            else:
-                model[key] = (region(key), f"u{step}")
+        upsert(spark, table, model, keys, deleted, step)
     assert contents(spark, table) == model
     kinds = spark.sql(f"SELECT content FROM icefjord.{table}.delete_files").collect()
     assert [r.content for r in kinds] == [2] * 6, "each upsert commit has one equality delete"
@@ -573,11 +595,7 @@ def test_upsert_commits_go_in_under_the_lease_and_every_compaction_still_commits
     validation ignores equality deletes newer than the rewrite's starting snapshot, whose
     sequence number the rewritten files keep, so those deletes still apply to them: every
     compaction commits at its first attempt, and the table equals the writer's model."""
-    import pyarrow as pa
-
     from services.iceberg_writer.tables import DEFAULT_PROPERTIES
-    from services.iceberg_writer.types import STAGING_FLAG
-    from services.iceberg_writer.upserts import write_upserts
     from services.maintainer.policy import COMPACTION_OPTIONS, EQUALITY_DELETES_OPTION
 
     table = f"{namespace}.upserted_under_lease"
@@ -590,15 +608,7 @@ def test_upsert_commits_go_in_under_the_lease_and_every_compaction_still_commits
     model: dict[int, tuple[str, str]] = {k: (region(k), "v0") for k in range(120)}
     append(spark, table, [(k, r, v) for k, (r, v) in model.items()])
     catalog = open_catalog(stack.catalog)
-    leased_executor = MaintenanceExecutor(
-        SparkProcedureRunner(spark),
-        TableInspector(catalog),
-        catalog=stack.catalog.name,
-        retry_delay_s=0.5,
-        max_attempts=4,
-        lease_s=60.0,
-        lease_settle_s=0.5,
-    )
+    leased_executor = executor_with_lease(stack, spark, catalog, settle_s=0.5)
     stop = threading.Event()
     stats = {"commits": 0, "under_lease": 0}
     failure: list[BaseException] = []
@@ -616,25 +626,10 @@ def test_upsert_commits_go_in_under_the_lease_and_every_compaction_still_commits
                 # fifth of them deleted: every stored file is touched at every commit.
                 keys = [tenth * 13 + rng.randrange(13) for tenth in range(10)]
                 gone = [rng.random() < 0.2 for _ in keys]
-                batch = pa.table(
-                    {
-                        "id": pa.array(keys, pa.int64()),
-                        "region": [region(k) for k in keys],
-                        "v": [f"w{step}" for _ in keys],
-                        STAGING_FLAG: gone,
-                    }
-                )
                 before = lease_held()
-                write_upserts(
-                    spark, f"icefjord.{table}", batch, ["id"], {"icefjord.step": str(step)}
-                )
+                upsert(spark, table, model, keys, gone, step)
                 if before and lease_held():
                     stats["under_lease"] += 1
-                for key, deleted in zip(keys, gone, strict=True):
-                    if deleted:
-                        model.pop(key, None)
-                    else:
-                        model[key] = (region(key), f"w{step}")
                 stats["commits"] += 1
                 stop.wait(0.5)  # twice a second: iceberg-writer's fastest cadence per table
         except BaseException as exc:
