@@ -973,8 +973,8 @@ class Writer:
         self._store.check_epoch(state.name, self.epoch)
         table = self._store.load(state.name)
         assert table is not None
-        if not self.settings.upsert_path and self._lease_holds(state, table):
-            return  # every batch could need a MERGE: no planning while the lease lasts
+        if not self._may_pass_lease(table) and self._lease_holds(state, table):
+            return  # every batch would take a path that waits: no planning under the lease
         plan = plan_batch(state.name, state.pending, state.truncated_at)
         offsets = {**state.committed, **state.consumed}
         watermark = max(c.source_ts_ms for c in state.pending)
@@ -1068,6 +1068,12 @@ class Writer:
             updated = sum(1 for c in plan.upserts if c.op is Op.UPDATE)
             counts = (len(plan.upserts) - updated, updated, len(plan.deletes))
             self._publish_commit(state, committed_table, checkpoint, seconds, freshness, counts)
+
+    def _may_pass_lease(self, table: Table) -> bool:
+        """Whether a batch for ``table`` can take a path that goes ahead under a compaction
+        lease (:attr:`Path.waits_for_lease`): APPEND into an empty table, or UPSERT where
+        the writer may write it. Elsewhere every batch takes the MERGE, which waits."""
+        return _holds_no_rows(table) or (self.settings.upsert_path and local_unpartitioned(table))
 
     def _lease_holds(self, state: TableState, table: Table) -> bool:
         """Whether the maintainer's compaction lease (``shared/lease.py``) holds this commit

@@ -13,6 +13,7 @@ import random
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +143,34 @@ def request(table: str, action: MaintenanceAction, **options: str) -> Maintenanc
         reason="integration test",
         requested_by="operator:test",
     )
+
+
+def compact_while_writing(
+    executor: MaintenanceExecutor,
+    table: str,
+    options: dict[str, str],
+    *,
+    rounds: int,
+    pause_s: float,
+    enough: Callable[[list[MaintenanceResult]], bool],
+    failure: list[BaseException],
+) -> list[MaintenanceResult]:
+    """Compactions of ``table``, one every ``pause_s``, for at most ``rounds``, until
+    ``enough`` says so or the writer thread has failed."""
+    results: list[MaintenanceResult] = []
+    for _round in range(rounds):
+        if enough(results):
+            break
+        time.sleep(pause_s)
+        if failure:
+            break
+        results.append(
+            executor.execute(
+                request(table, MaintenanceAction.COMPACT_DATA_FILES, **options),
+                MaintenancePolicy(),
+            )
+        )
+    return results
 
 
 @pytest.fixture
@@ -515,26 +544,18 @@ def test_with_the_lease_compaction_wins_against_updates_spread_over_every_file(
 
     thread = threading.Thread(target=writer, name="writer", daemon=True)
     thread.start()
-    results: list[MaintenanceResult] = []
     try:
         # Three rounds at least; more (up to six) while the writer has not yet met a lease:
         # on a loaded machine one MERGE can outlast a whole rewrite.
-        for _round in range(6):
-            if len(results) >= 3 and stats["lease_waits"] > 0:
-                break
-            time.sleep(4)
-            if failure:
-                break
-            results.append(
-                leased_executor.execute(
-                    request(
-                        table,
-                        MaintenanceAction.COMPACT_DATA_FILES,
-                        **{"min-input-files": "2", "partial-progress.enabled": "true"},
-                    ),
-                    MaintenancePolicy(),
-                )
-            )
+        results = compact_while_writing(
+            leased_executor,
+            table,
+            {"min-input-files": "2", "partial-progress.enabled": "true"},
+            rounds=6,
+            pause_s=4,
+            enough=lambda done: len(done) >= 3 and stats["lease_waits"] > 0,
+            failure=failure,
+        )
         commits_after_maintenance = stats["commits"]
         time.sleep(3)
     finally:
@@ -637,22 +658,18 @@ def test_upsert_commits_go_in_under_the_lease_and_every_compaction_still_commits
 
     thread = threading.Thread(target=writer, name="writer", daemon=True)
     thread.start()
-    results: list[MaintenanceResult] = []
     options = {**COMPACTION_OPTIONS, EQUALITY_DELETES_OPTION: "1", "min-input-files": "2"}
     try:
         # Three rounds at least; more (up to eight) until a commit has gone in under a lease.
-        for _round in range(8):
-            if len(results) >= 3 and stats["under_lease"] > 0:
-                break
-            time.sleep(2)
-            if failure:
-                break
-            results.append(
-                leased_executor.execute(
-                    request(table, MaintenanceAction.COMPACT_DATA_FILES, **options),
-                    MaintenancePolicy(),
-                )
-            )
+        results = compact_while_writing(
+            leased_executor,
+            table,
+            options,
+            rounds=8,
+            pause_s=2,
+            enough=lambda done: len(done) >= 3 and stats["under_lease"] > 0,
+            failure=failure,
+        )
     finally:
         stop.set()
         thread.join(timeout=120)
