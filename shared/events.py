@@ -246,6 +246,7 @@ class CommitDone:
     total_records: int | None = None
     total_data_files: int | None = None
     total_delete_files: int | None = None
+    write_path: str | None = None
 
     _OPTIONAL: ClassVar[tuple[str, ...]] = (
         "watermark_ms",
@@ -255,6 +256,7 @@ class CommitDone:
         "total_records",
         "total_data_files",
         "total_delete_files",
+        "write_path",
     )
     _SCALARS: ClassVar[tuple[str, ...]] = (
         "table",
@@ -277,6 +279,7 @@ class CommitDone:
         "total_records",
         "total_data_files",
         "total_delete_files",
+        "write_path",
     )
 
     def to_record(self) -> dict[str, Any]:

@@ -18,7 +18,10 @@ The writer holds back only the commits that delete rows in stored files or read 
 MERGE, insert and replace paths). Its upsert path adds rows and equality deletes, which a
 rewrite's validation ignores (the rewritten files keep the rewrite's starting sequence
 number, so newer equality deletes still apply to them): those commits go ahead
-(``services.iceberg_writer.changes.Path.waits_for_lease``).
+(:data:`PATHS_NOT_HELD`, ``services.iceberg_writer.changes.Path.waits_for_lease``). Each
+``CommitDone`` names its path (``write_path``), so the maintainer knows whether the writer
+is waiting for a rewrite (:func:`holds_writer_back`) and raises its own CPU priority only
+then.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 LEASE_PROPERTY = "icefjord.maintenance.lease-until-ms"
+
+PATHS_NOT_HELD = frozenset({"append", "upsert"})
+"""The writer's paths (``CommitDone.write_path``) whose commits go ahead under a lease."""
 
 
 def lease_until_ms(properties: Mapping[str, str]) -> int | None:
@@ -44,3 +50,10 @@ def leased(properties: Mapping[str, str], now_ms: int) -> bool:
     """True while a lease in ``properties`` has not yet run out at ``now_ms``."""
     until = lease_until_ms(properties)
     return until is not None and until > now_ms
+
+
+def holds_writer_back(write_path: str | None) -> bool:
+    """Whether a lease holds back the writer's commits, judged by the path of its last
+    commit to the table. True when that is unknown (no commit seen yet, or a writer older
+    than ``control_event`` v4): a held-back writer is the side to err on."""
+    return write_path not in PATHS_NOT_HELD

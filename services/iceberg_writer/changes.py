@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from shared.lease import holds_writer_back
+
 
 class Op(enum.StrEnum):
     CREATE = "CREATE"
@@ -76,9 +78,11 @@ class Path(enum.StrEnum):
         INSERT's anti-join reads the files. APPEND and UPSERT only add files: the rows,
         and equality deletes, which Iceberg's rewrite validation ignores because the
         rewritten files keep the sequence number of the rewrite's starting snapshot, so
-        the newer deletes still apply to them. Those commits go ahead under the lease.
+        the newer deletes still apply to them. Those commits go ahead under the lease
+        (``shared.lease.PATHS_NOT_HELD``, which the maintainer reads ``CommitDone.write_path``
+        against).
         """
-        return self in (Path.MERGE, Path.INSERT, Path.REPLACE)
+        return holds_writer_back(self.value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -520,7 +520,7 @@ class Writer:
         checkpoint = checkpoint_of(committed_table)
         if checkpoint is not None and checkpoint.commit_id == commit_id:
             self._publish_commit(
-                state, committed_table, checkpoint, result.seconds, None, (rows, 0, 0)
+                state, committed_table, checkpoint, result.seconds, None, (rows, 0, 0), result.path
             )
         for path in files:
             if "://" not in path:
@@ -1067,7 +1067,9 @@ class Writer:
         if checkpoint is not None and checkpoint.commit_id == commit_id:
             updated = sum(1 for c in plan.upserts if c.op is Op.UPDATE)
             counts = (len(plan.upserts) - updated, updated, len(plan.deletes))
-            self._publish_commit(state, committed_table, checkpoint, seconds, freshness, counts)
+            self._publish_commit(
+                state, committed_table, checkpoint, seconds, freshness, counts, result.path
+            )
 
     def _may_pass_lease(self, table: Table) -> bool:
         """Whether a batch for ``table`` can take a path that goes ahead under a compaction
@@ -1104,9 +1106,11 @@ class Writer:
         seconds: float,
         freshness_ms: list[float] | None = None,
         counts: tuple[int, int, int] | None = None,
+        path: Path | None = None,
     ) -> None:
         """Publish CommitDone for ``checkpoint``; ``counts`` (inserted, updated, deleted) come
-        from the batch plan, or from the snapshot summary when republishing after a crash."""
+        from the batch plan, or from the snapshot summary when republishing after a crash
+        (which does not know the commit's ``path`` either)."""
         snapshot = table.snapshot_by_id(checkpoint.snapshot_id)
         assert snapshot is not None
         summary: Mapping[str, str] = (
@@ -1141,6 +1145,7 @@ class Writer:
             total_records=number("total-records"),
             total_data_files=number("total-data-files"),
             total_delete_files=number("total-delete-files"),
+            write_path=path.value if path is not None else None,
             offsets=tuple(
                 TopicPartitionOffset(topic=topic, partition=partition, next_offset=n)
                 for (topic, partition), n in sorted(checkpoint.offsets.items())

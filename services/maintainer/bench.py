@@ -256,11 +256,14 @@ class _TimedExecutor:
         policy: MaintenancePolicy,
         *,
         writer_commit_s: float | None = None,
+        writer_held: bool = True,
     ) -> MaintenanceResult:
         begin = time.time()
         self.busy.set()
         try:
-            result = self._inner.execute(request, policy, writer_commit_s=writer_commit_s)
+            result = self._inner.execute(
+                request, policy, writer_commit_s=writer_commit_s, writer_held=writer_held
+            )
         finally:
             self.busy.clear()
         self.actions.append((begin, time.time(), result))

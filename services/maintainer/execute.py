@@ -218,6 +218,16 @@ class _Outcome:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class _LeaseTerms:
+    """How one request's leases run: ``settle_s``, the longest wait for a writer commit in
+    flight once the lease is held; ``writer_held``, whether the lease holds the writer's
+    commits back, and so whether the priority boost runs while it is held."""
+
+    settle_s: float
+    writer_held: bool
+
+
 class _ActionRejected(Exception):
     """A request that is valid in form but must not run (unsafe now)."""
 
@@ -247,7 +257,8 @@ class MaintenanceExecutor:
     commit in flight. ``lease_s`` is the longest the compaction lease holds the writer back
     (0: no lease); ``lease_settle_s`` the longest the executor waits, once it holds the
     lease, for a writer commit that was already in flight (0: no wait). ``boost``, if
-    given, is entered for each lease's duration (``services.maintainer.priority``).
+    given, is entered for each lease's duration (``services.maintainer.priority``) unless
+    the request's writer goes ahead under the lease (``execute``'s ``writer_held``).
     """
 
     def __init__(
@@ -286,13 +297,17 @@ class MaintenanceExecutor:
         policy: MaintenancePolicy,
         *,
         writer_commit_s: float | None = None,
+        writer_held: bool = True,
     ) -> MaintenanceResult:
         """Run ``request``; ``policy`` supplies defaults for options the request leaves out
         (retention, orphan age). ``writer_commit_s`` is how long the writer's recent commits
         to the table took (from ``CommitDone``), if known: the lease waits that long at most
-        for a commit in flight. Never raises for the action's own failures."""
+        for a commit in flight. ``writer_held``: whether the lease holds the writer's
+        commits to the table back (``shared.lease.holds_writer_back``); when it does not,
+        the lease runs without the priority boost, which would only take the CPU the
+        writer's commits need meanwhile. Never raises for the action's own failures."""
         started = self._clock()
-        settle_s = self._settle_budget(writer_commit_s)
+        terms = _LeaseTerms(self._settle_budget(writer_commit_s), writer_held)
         hand_over_s = self._hand_over_budget(writer_commit_s)
 
         def result(status: Status, **fields: Any) -> MaintenanceResult:
@@ -310,7 +325,7 @@ class MaintenanceExecutor:
             return result(Status.REJECTED, message="request rejected", error=checked.reason)
         try:
             self._check_catalog(checked)
-            return self._run(checked, policy, result, settle_s, hand_over_s)
+            return self._run(checked, policy, result, terms, hand_over_s)
         except (_ActionRejected, UnknownTableError) as exc:
             return result(Status.REJECTED, message="request rejected", error=str(exc))
         except Exception as exc:  # the action failed; report it, never crash the service
@@ -345,7 +360,7 @@ class MaintenanceExecutor:
         checked: ValidatedRequest,
         policy: MaintenancePolicy,
         result: Callable[..., MaintenanceResult],
-        settle_s: float,
+        terms: _LeaseTerms,
         hand_over_s: float,
     ) -> MaintenanceResult:
         action = checked.request.action
@@ -357,7 +372,7 @@ class MaintenanceExecutor:
         if action is MaintenanceAction.REWRITE_MANIFESTS:
             # The writer's commits merge manifests too, so a manifest rewrite also needs
             # the table to itself for a moment.
-            with self._lease(checked.table, settle_s):
+            with self._lease(checked.table, terms):
                 outcome = self._attempts(
                     lambda: rewrite_manifests_sql(self._catalog, checked.table)
                 )
@@ -390,7 +405,7 @@ class MaintenanceExecutor:
                     break
                 self._hand_over(checked.table, hand_over_s)
             # One lease per slice: the writer's held-back commit goes in between two.
-            with self._lease(checked.table, settle_s):
+            with self._lease(checked.table, terms):
                 part = self._attempts(
                     partial(render, self._catalog, checked.table, scope, options),
                     failed_key="failed_data_files_count" if is_compaction else None,
@@ -480,28 +495,28 @@ class MaintenanceExecutor:
                 return
 
     @contextmanager
-    def _lease(self, table: TableId, settle_s: float) -> Iterator[None]:
+    def _lease(self, table: TableId, terms: _LeaseTerms) -> Iterator[None]:
         """Hold the compaction lease (``shared.lease``) around a rewrite, if configured: the
         writer holds back its commits to ``table`` until it is released or runs out. The
         rewrite starts once a writer commit that passed its lease check before the lease was
-        taken has landed, or after ``settle_s`` when none was in flight: a rewrite started
+        taken has landed, or after ``terms.settle_s`` when none was in flight: a rewrite started
         before it lands would lose to it ("found new position delete for replaced data
         file") and keep the lease through a second attempt."""
         if self._lease_s <= 0:
             yield
             return
-        with self._boost(), self._leased(table, settle_s):
+        with self._boost() if terms.writer_held else nullcontext(), self._leased(table, terms):
             yield
 
     @contextmanager
-    def _leased(self, table: TableId, settle_s: float) -> Iterator[None]:
+    def _leased(self, table: TableId, terms: _LeaseTerms) -> Iterator[None]:
         taking = time.monotonic()
         until = self._now_ms() + int(self._lease_s * 1000)
         self._runner.sql(lease_sql(self._catalog, table, until))
         taken = time.monotonic()
         settled = taken
         try:
-            self._await_commit(table, settle_s)
+            self._await_commit(table, terms.settle_s)
             settled = time.monotonic()
             yield
         finally:
@@ -516,6 +531,7 @@ class MaintenanceExecutor:
                 "compaction lease released",
                 extra={
                     "table": str(table),
+                    "writer_held": terms.writer_held,
                     "held_ms": round((released - taking) * 1000),
                     "take_ms": round((taken - taking) * 1000),
                     "settle_ms": round((settled - taken) * 1000),

@@ -51,6 +51,7 @@ from shared.events import (
     MaintenanceResult,
     MaintenanceStatus,
 )
+from shared.lease import holds_writer_back
 
 __all__ = [
     "EventPublisher",
@@ -97,6 +98,7 @@ class Executor(Protocol):
         policy: MaintenancePolicy,
         *,
         writer_commit_s: float | None = None,
+        writer_held: bool = True,
     ) -> MaintenanceResult: ...
 
 
@@ -221,6 +223,8 @@ class MaintainerService:
         """The writer's last commit durations per table (``CommitDone.duration_ms``)."""
         self._commit_seen_ms: dict[str, int] = {}
         """When this process last saw a CommitDone per table (its own clock)."""
+        self._write_path: dict[str, str | None] = {}
+        """The path of the writer's last commit per table (``CommitDone.write_path``)."""
         self._lag_ms: dict[str, int] = {}
         """How far behind the writer's last commit per table was (``catchup.py``)."""
         self._waiting_since_ms: dict[str, int] = {}
@@ -292,6 +296,7 @@ class MaintainerService:
         recent = self._commit_s.setdefault(table, deque(maxlen=RECENT_COMMITS))
         recent.append(commit.duration_ms / 1000)
         self._commit_seen_ms[table] = self._now_ms()
+        self._write_path[table] = commit.write_path
         lag_ms = writer_lag_ms(commit)
         if lag_ms is not None:
             self._lag_ms[table] = lag_ms
@@ -456,7 +461,10 @@ class MaintainerService:
             },
         )
         result = self._executor.execute(
-            request, policy, writer_commit_s=self._writer_commit_s(canonical)
+            request,
+            policy,
+            writer_commit_s=self._writer_commit_s(canonical),
+            writer_held=holds_writer_back(self._write_path.get(canonical)),
         )
         self._planner = self._planner.finished(request.request_id, self._now_ms())
         self._metrics.record(result)

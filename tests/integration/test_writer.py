@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
@@ -191,6 +192,13 @@ def test_commit_carries_offsets_and_publishes_commit_done(
     run_until_caught_up(writer)
     assert commits_by_path(writer, table).get("merge", 0) >= 1  # older than a stored row
     assert_equal_to_model(spark, table, history + later + stale + newer + replay)
+    # Every CommitDone names the path of its commit (the maintainer's boost goes by it).
+    reported = Counter(
+        e.write_path
+        for e in control_events(stack, settings_.control_topic)
+        if isinstance(e, CommitDone) and e.table == table
+    )
+    assert reported == Counter(commits_by_path(writer, table))
     kinds = spark.sql(f"SELECT content FROM icefjord.{table}.delete_files").collect()
     assert {row["content"] for row in kinds} >= {2}, "the upserts wrote no equality deletes"
     # A clean stop leaves the group, so a successor is not kept waiting for this member.

@@ -110,6 +110,7 @@ def _payloads(table: str) -> st.SearchStrategy[Any]:
             ).map(tuple),
             committed_at_ms=longs,
             duration_ms=longs,
+            write_path=opt(texts),
         ),
         st.builds(
             MaintenanceRequest,

@@ -623,6 +623,24 @@ def test_no_boost_without_a_lease() -> None:
     assert entered == []
 
 
+def test_a_lease_the_writer_goes_ahead_under_runs_without_the_boost() -> None:
+    runner = FakeRunner([], [{"rewritten_data_files_count": 3}], [])
+    entered: list[bool] = []
+
+    @contextmanager
+    def boost() -> Iterator[None]:
+        entered.append(True)
+        yield
+
+    result = executor(runner, FakeInspector(inspection()), lease_s=30, boost=boost).execute(
+        request(), MaintenancePolicy(), writer_held=False
+    )
+    assert result.status is MaintenanceStatus.SUCCEEDED
+    assert entered == []
+    # The lease itself is still taken and released around the rewrite.
+    assert runner.statements[0] == LEASE_SET and runner.statements[-1] == LEASE_UNSET
+
+
 def test_a_compaction_of_a_table_with_equality_deletes_drops_the_dangling_ones() -> None:
     files = (*inspection(3).files, FileStats(FileContent.EQUALITY_DELETES, (), 5, 40))
     before = dataclasses.replace(inspection(3), files=files)

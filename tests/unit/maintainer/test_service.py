@@ -76,6 +76,7 @@ class FakeExecutor:
     def __init__(self, clock: Clock) -> None:
         self.requests: list[MaintenanceRequest] = []
         self.writer_commit_s: list[float | None] = []
+        self.writer_held: list[bool] = []
         self.clock = clock
 
     def execute(
@@ -84,9 +85,11 @@ class FakeExecutor:
         policy: MaintenancePolicy,
         *,
         writer_commit_s: float | None = None,
+        writer_held: bool = True,
     ) -> MaintenanceResult:
         self.requests.append(request)
         self.writer_commit_s.append(writer_commit_s)
+        self.writer_held.append(writer_held)
         self.clock.now += 5
         return MaintenanceResult(
             request_id=request.request_id,
@@ -161,8 +164,10 @@ def commit_done(
     files: int = 10,
     duration_ms: int = 1,
     lag_s: float | None = None,
+    write_path: str | None = None,
 ) -> ControlEvent:
-    """A writer commit now; ``lag_s``: its newest change was that old (None: no watermark)."""
+    """A writer commit now; ``lag_s``: its newest change was that old (None: no watermark);
+    ``write_path``: how the writer committed (None: not reported)."""
     committed_ms = int(clock() * 1000)
     commit = CommitDone(
         table=TABLE,
@@ -179,6 +184,7 @@ def commit_done(
         watermark_ms=None if lag_s is None else committed_ms - int(lag_s * 1000),
         committed_at_ms=committed_ms,
         duration_ms=duration_ms,
+        write_path=write_path,
     )
     return ControlEvent.new(TABLE, commit, "writer", now_ms=committed_ms)
 
@@ -349,6 +355,7 @@ class SkippingExecutor(FakeExecutor):
         policy: MaintenancePolicy,
         *,
         writer_commit_s: float | None = None,
+        writer_held: bool = True,
     ) -> MaintenanceResult:
         self.requests.append(request)
         return MaintenanceResult(
@@ -465,6 +472,36 @@ def test_a_quiet_writer_has_no_commit_in_flight_to_wait_for() -> None:
     source.batches.append([operator(action=MaintenanceAction.COMPACT_DATA_FILES)])
     service.step()
     assert executor.writer_commit_s == [0.0]
+
+
+@pytest.mark.parametrize(
+    ("paths", "held"),
+    [
+        ((), True),  # no commit seen: the writer may be waiting
+        ((None,), True),  # a writer that does not say how it commits
+        (("upsert",), False),
+        (("append",), False),
+        (("merge",), True),
+        (("insert",), True),
+        (("replace",), True),
+        (("merge", "upsert"), False),  # the last commit counts
+        (("upsert", "merge"), True),
+    ],
+)
+def test_the_executor_learns_whether_the_lease_holds_the_writer_back(
+    paths: tuple[str | None, ...], held: bool
+) -> None:
+    executor = FakeExecutor(Clock())
+    service, source, _, _, clock, _ = make(executor)
+    executor.clock = clock
+    service.step()
+    source.batches.append(
+        [commit_done(n, clock, files=1, write_path=path) for n, path in enumerate(paths, 1)]
+    )
+    service.step()
+    source.batches.append([operator(action=MaintenanceAction.COMPACT_DATA_FILES)])
+    service.step()
+    assert executor.writer_held == [held]
 
 
 def _compactions(publisher: FakePublisher) -> int:
