@@ -9,6 +9,11 @@ time. :class:`LeaseBoost` raises the priority of this process and its children (
 JVM) for the lease's duration, as a lock holder's priority is raised in an operating
 system, and puts it back after.
 
+Only a lease that holds the writer back is boosted: the executor skips the boost when the
+writer's last commit to the table took a path that goes ahead under the lease
+(``shared.lease.holds_writer_back``), where raising the rewrite would only slow those
+commits down.
+
 A higher priority than the default needs ``CAP_SYS_NICE`` (root on a laptop,
 ``cap_add: [SYS_NICE]`` in compose). Without it the first attempt logs once and the boost
 turns itself off; nothing else changes. Where the maintainer has CPU of its own (a
