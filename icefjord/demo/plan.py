@@ -416,7 +416,9 @@ class Planner:
     ) -> Iterator[Transaction]:
         """DML only (no schema change), for benchmarks: transactions of ``ops_per_tx`` row
         operations on average (default: the spec's), spaced to ``rate`` row operations per
-        second for ``duration_s`` seconds. ``rate`` None: every ``at_s`` is 0 (as fast as the
+        second for ``duration_s`` seconds: each transaction is due when the row operations
+        planned before it are, so the stream offers ``rate`` exactly, whatever the random
+        transaction sizes add up to. ``rate`` None: every ``at_s`` is 0 (as fast as the
         source goes); ``duration_s`` None: endless (the consumer stops when it wants).
 
         ``rows_per_statement`` above 1: every operation is an :class:`UpdateMany` of up to
@@ -428,9 +430,11 @@ class Planner:
             raise ValueError("rate, ops_per_tx and rows_per_statement must be positive")
         if rate is None and duration_s is not None:
             raise ValueError("an unpaced stream has no duration: pass duration_s=None")
-        interval = 0.0 if rate is None else per_tx * rows_per_statement / rate
-        i = 0
-        while duration_s is None or i * interval < duration_s:
+        rows = 0  # planned so far: each transaction starts when the rows before it are due
+        while True:
+            at = 0.0 if rate is None else rows / rate
+            if duration_s is not None and at >= duration_s:
+                return
             count = self.rng.randint(1, 2 * per_tx - 1)
             ops = tuple(
                 self._apply(
@@ -440,8 +444,8 @@ class Planner:
                 )
                 for _ in range(count)
             )
-            yield self._transaction(i * interval, ops)
-            i += 1
+            rows += sum(row_operations(op) for op in ops)
+            yield self._transaction(at, ops)
 
     # -- internals -------------------------------------------------------------------------
 
