@@ -130,6 +130,12 @@ def bench_pipeline_command(
     out: Path | None = typer.Option(  # noqa: B008 (typer's idiom)
         None, "--out", help="Report directory (default <state>/bench/<timestamp>)."
     ),
+    keep_source: bool = typer.Option(
+        False,
+        "--keep-source",
+        help="Keep the source's PostgreSQL schema (by default dropped once every table "
+        "equals its source; kept when one does not).",
+    ),
 ) -> None:
     """The whole pipeline: snapshot load, fixed rates, maximum; throughput, freshness and
     files over time; then every table verified. Writes report.md and bench.png."""
@@ -155,6 +161,7 @@ def bench_pipeline_command(
             set_rates=set_offered,
             rows_per_statement=rows_per_statement,
             out=out,
+            keep_source=keep_source,
         )
     )
 

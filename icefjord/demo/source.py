@@ -144,6 +144,8 @@ class DemoSource(Protocol):
 
     def tables(self) -> list[SourceTable]: ...
 
+    def discard(self) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -322,6 +324,26 @@ class PostgresDemoSource:
     def tables(self) -> list[SourceTable]:
         return read_postgres(self.cluster.conninfo(), self.names.schema)
 
+    def discard(self, wait_s: float = 10.0) -> None:
+        """Stop capturing and drop what this run made in PostgreSQL: the connector, then the
+        schema with its tables, the publication and the replication slot. Kafka's topics and
+        Iceberg's tables stay. A slot whose walsender has not let go within ``wait_s`` is
+        left to the next run's :func:`retire_earlier_runs` (it is inactive by then)."""
+        self.connect.delete(self.names.connector)
+        deadline = time.monotonic() + wait_s
+        self.workload.drop(self.names.publication, self.names.slot)
+        while self._slot_exists() and time.monotonic() < deadline:
+            time.sleep(0.5)  # a deleted connector's task lets go of its slot shortly
+            self.workload.drop(self.names.publication, self.names.slot)
+
+    def _slot_exists(self) -> bool:
+        row = (
+            self.workload.connection()
+            .execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (self.names.slot,))
+            .fetchone()
+        )
+        return row is not None
+
     def close(self) -> None:
         self.workload.close()
 
@@ -354,6 +376,10 @@ class GeneratedDemoSource:
 
     def tables(self) -> list[SourceTable]:
         return source_from_model(self.workload.model, self.names.schema)
+
+    def discard(self) -> None:
+        """Nothing to drop: the generator keeps its rows in memory, and Kafka's topics stay
+        (as they do for PostgreSQL)."""
 
     def close(self) -> None:
         self.workload.close()

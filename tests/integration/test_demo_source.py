@@ -531,6 +531,35 @@ def test_a_restarted_worker_is_healthy_once_it_knows_its_connectors(capture: Cap
     assert capture.names.connector in connect.request("GET", "/connectors")
 
 
+def test_discarding_a_source_drops_its_connector_slot_publication_and_schema(
+    capture: Capture,
+) -> None:
+    """What a benchmark does once its tables are verified: nothing of the run is left in
+    PostgreSQL or on the worker, and the capture of another run goes on."""
+    import psycopg
+
+    cluster = PostgresCluster(capture.settings)
+    tag = uuid.uuid4().hex[:8]
+    names = SourceNames(f"gone_{tag}", capture.names.topic_prefix)
+    source = PostgresDemoSource(capture.settings, names, cluster, capture.connect)
+    try:
+        source.prepare(Planner(WorkloadSpec(initial_rows=5, seed=2)))
+        with psycopg.connect(cluster.conninfo(), autocommit=True) as conn:
+            slot = "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s"
+            assert conn.execute(slot, (names.slot,)).fetchone() is not None
+            source.discard()
+            assert conn.execute(slot, (names.slot,)).fetchone() is None
+            publication = "SELECT 1 FROM pg_publication WHERE pubname = %s"
+            assert conn.execute(publication, (names.publication,)).fetchone() is None
+            schema = "SELECT 1 FROM pg_namespace WHERE nspname = %s"
+            assert conn.execute(schema, (names.schema,)).fetchone() is None
+            assert conn.execute(schema, (capture.names.schema,)).fetchone() is not None
+        registered = capture.connect.request("GET", "/connectors")
+        assert names.connector not in registered and capture.names.connector in registered
+    finally:
+        source.close()
+
+
 def test_retiring_earlier_runs_drops_their_slots_and_orphaned_ones(capture: Capture) -> None:
     """The module's last test: it removes the module's connector. An inactive slot named
     like ours that no registered connector reads (its connector was forgotten with Kafka's
