@@ -26,6 +26,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
@@ -61,6 +62,7 @@ __all__ = [
     "KafkaControlSource",
     "MaintainerService",
     "TableSource",
+    "WriterSeen",
     "build_service",
 ]
 
@@ -71,6 +73,25 @@ RECENT_COMMITS = 10
 """Writer commits per table whose durations tell how long one in flight may still take."""
 WRITER_IDLE_S = 60.0
 """A table without a CommitDone for this long has no writer commit in flight to wait for."""
+
+
+@dataclass(slots=True)
+class WriterSeen:
+    """What the writer's ``CommitDone`` events have said about one table, as this process
+    saw them."""
+
+    seen_ms: int
+    """When this process last saw one (its own clock)."""
+    recent_s: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_COMMITS))
+    """The last commits' durations (``duration_ms``), for the waits around a lease."""
+    write_path: str | None = None
+    """The last commit's path (``write_path``): whether a rewrite holds the writer back."""
+    lag_ms: int | None = None
+    """How far behind the last commit that carried a source time was (``catchup.py``)."""
+
+    def idle(self, now_ms: int) -> bool:
+        """No CommitDone for :data:`WRITER_IDLE_S`: no writer commit in flight."""
+        return now_ms - self.seen_ms > WRITER_IDLE_S * 1000
 
 
 class EventSource(Protocol):
@@ -219,14 +240,8 @@ class MaintainerService:
         self._started_ms = self._now_ms()
         self._outbox: list[ControlEvent] = []
         self._skipped: dict[tuple[str, MaintenanceAction], tuple[int | None, int]] = {}
-        self._commit_s: dict[str, deque[float]] = {}
-        """The writer's last commit durations per table (``CommitDone.duration_ms``)."""
-        self._commit_seen_ms: dict[str, int] = {}
-        """When this process last saw a CommitDone per table (its own clock)."""
-        self._write_path: dict[str, str | None] = {}
-        """The path of the writer's last commit per table (``CommitDone.write_path``)."""
-        self._lag_ms: dict[str, int] = {}
-        """How far behind the writer's last commit per table was (``catchup.py``)."""
+        self._writer: dict[str, WriterSeen] = {}
+        """The writer's commits per table, from its ``CommitDone`` events."""
         self._waiting_since_ms: dict[str, int] = {}
         """Since when each table's rewrites wait for the writer to catch up."""
         self.results: list[MaintenanceResult] = []
@@ -253,15 +268,10 @@ class MaintainerService:
         """How long a writer commit to ``table`` in flight may take, for the executor's
         waits around its lease: the slowest recent one; 0 when the writer has been quiet on
         the table for :data:`WRITER_IDLE_S` (nothing to wait for); None before any was seen."""
-        recent = self._commit_s.get(table)
-        if not recent:
+        seen = self._writer.get(table)
+        if seen is None:
             return None
-        return 0.0 if self._writer_idle(table, self._now_ms()) else max(recent)
-
-    def _writer_idle(self, table: str, now_ms: int) -> bool:
-        """No CommitDone for ``table`` for :data:`WRITER_IDLE_S` (or none seen at all)."""
-        seen_ms = self._commit_seen_ms.get(table)
-        return seen_ms is None or now_ms - seen_ms > WRITER_IDLE_S * 1000
+        return 0.0 if seen.idle(self._now_ms()) else max(seen.recent_s)
 
     # -- events ------------------------------------------------------------------------
 
@@ -293,13 +303,16 @@ class MaintainerService:
             return
         if not self._settings.maintains(table):
             return
-        recent = self._commit_s.setdefault(table, deque(maxlen=RECENT_COMMITS))
-        recent.append(commit.duration_ms / 1000)
-        self._commit_seen_ms[table] = self._now_ms()
-        self._write_path[table] = commit.write_path
+        now_ms = self._now_ms()
+        seen = self._writer.get(table)
+        if seen is None:
+            seen = self._writer[table] = WriterSeen(now_ms)
+        seen.seen_ms = now_ms
+        seen.recent_s.append(commit.duration_ms / 1000)
+        seen.write_path = commit.write_path
         lag_ms = writer_lag_ms(commit)
         if lag_ms is not None:
-            self._lag_ms[table] = lag_ms
+            seen.lag_ms = lag_ms
         health = self._board.get(table)
         if health is None:
             self._wanted.add(table)
@@ -406,7 +419,8 @@ class MaintainerService:
         waiting: dict[str, str] = {}
         for candidate in candidates:
             table = candidate.table
-            lag_ms = None if self._writer_idle(table, now_ms) else self._lag_ms.get(table)
+            seen = self._writer.get(table)
+            lag_ms = None if seen is None or seen.idle(now_ms) else seen.lag_ms
             why = hold_reason(
                 candidate, lag_ms, self._waiting_since_ms.get(table), self._catch_up, now_ms
             )
@@ -460,11 +474,12 @@ class MaintainerService:
                 "requested_by": request.requested_by,
             },
         )
+        seen = self._writer.get(canonical)
         result = self._executor.execute(
             request,
             policy,
             writer_commit_s=self._writer_commit_s(canonical),
-            writer_held=holds_writer_back(self._write_path.get(canonical)),
+            writer_held=holds_writer_back(seen.write_path if seen else None),
         )
         self._planner = self._planner.finished(request.request_id, self._now_ms())
         self._metrics.record(result)
