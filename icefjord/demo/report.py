@@ -27,6 +27,8 @@ from icefjord.demo.benchstats import (
 from icefjord.demo.cpu import ComponentUse, CpuUse
 
 CHART_INSTALL = "pip install 'matplotlib>=3.11'"
+LABEL_GAP = 0.08
+"""Phases starting closer than this share of the chart's width apart get stacked labels."""
 
 
 @dataclass(frozen=True)
@@ -407,16 +409,27 @@ def plot(report: BenchReport, path: Path) -> None:
     files.set_xlabel("seconds since the benchmark started")
     files.legend(loc="upper left", fontsize=8)
     twin.legend(loc="upper right", fontsize=8)
+    span = max((s.t for s in report.samples), default=0.0) or 1.0
+    previous: float | None = None
+    level = 0
     for phase in report.phases:
+        start = phase.figures.start
         for axis in (rates, fresh, files):
-            axis.axvline(phase.figures.start, color="black", linewidth=0.6, alpha=0.5)
+            axis.axvline(start, color="black", linewidth=0.6, alpha=0.5)
+        # A phase that starts close after the last one (the warm-up after a short
+        # snapshot) gets its name a line higher, not printed over the other.
+        close = previous is not None and start - previous < LABEL_GAP * span
+        level = level + 1 if close else 0
         rates.annotate(
             phase.name,
-            (phase.figures.start, 1.0),
+            (start, 1.0),
             xycoords=("data", "axes fraction"),
+            xytext=(1, 9 * level),
+            textcoords="offset points",
             fontsize=8,
             va="bottom",
         )
+        previous = start
     fig.suptitle(f"Icefjord end to end ({report.source}), {report.started}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
