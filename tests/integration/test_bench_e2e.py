@@ -1,0 +1,108 @@
+"""`icefjord bench` (`make bench`) end to end, small: every phase on the real pipeline, the
+report written, every table verified, and the source dropped afterwards.
+
+The figures of so short a run mean nothing; what is checked is that the benchmark runs,
+measures what it says (the paced phases offer their rate exactly) and leaves nothing behind
+in PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from harness import Stack, free_port
+from rich.console import Console
+
+from icefjord.demo.bench import BenchOptions, run_bench
+from icefjord.local.connect import KafkaConnect
+from icefjord.local.postgres import PostgresCluster, PostgresNotInstalled, find_bin_dir
+from icefjord.local.services import service_processes
+from icefjord.local.settings import LocalSettings
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def bench_settings(stack: Stack) -> Iterator[LocalSettings]:
+    if stack.local is None:
+        pytest.skip("needs the session's own local stack (Connect joins its broker)")
+    try:
+        find_bin_dir(None)
+    except PostgresNotInstalled as exc:
+        pytest.skip(str(exc))
+    home = Path(tempfile.mkdtemp(prefix="icefjord-pg-"))
+    home.chmod(0o755)  # PostgreSQL runs as `postgres` when the tests run as root
+    settings = stack.local.settings.model_copy(
+        update={
+            "postgres_port": free_port(),
+            "postgres_dir": home / "pg",
+            "connect_port": free_port(),
+            "normalizer_port": free_port(),
+            "watcher_port": free_port(),
+            "writer_port": free_port(),
+            "maintainer_port": free_port(),
+        }
+    )
+    yield settings
+    for service in service_processes(settings):
+        service.stop()
+    KafkaConnect(settings, None).stop()
+    PostgresCluster(settings).stop()
+    shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.timeout(1200)
+def test_a_short_benchmark_runs_every_phase_verifies_and_drops_its_source(
+    bench_settings: LocalSettings, tmp_path: Path
+) -> None:
+    import psycopg
+
+    out = io.StringIO()
+    console = Console(file=out, width=140, force_terminal=False)
+    options = BenchOptions(
+        source="postgres",
+        snapshot_rows=3_000,
+        rates=(200.0,),
+        phase_seconds=8.0,
+        warm_up_seconds=0.0,
+        set_rates=(2_000.0,),
+        rows_per_statement=20,
+        max_seconds=4.0,
+        out=tmp_path / "report",
+    )
+    try:
+        result = run_bench(bench_settings, options, console)
+    finally:
+        print(out.getvalue()[-20_000:])  # shown by pytest when the test fails
+    report = result.report
+
+    assert result.exit_code == 0 and report.verified, out.getvalue()[-4000:]
+    assert report.dead_letters == 0
+    assert [t.table.split(".")[-1] for t in report.tables] == ["customers", "orders", "payments"]
+    assert all(t.equal and t.iceberg_rows == t.source_rows > 0 for t in report.tables)
+    snapshot, paced, set_based, unpaced = report.phases
+    assert (snapshot.kind, snapshot.snapshot_rows) == ("snapshot", 3_000)
+    assert (paced.offered_rate, set_based.offered_rate, unpaced.kind) == (200.0, 2_000.0, "max")
+    assert all(p.caught_up for p in report.phases)
+    # Paced phases offer their rate exactly: every transaction is due when the rows planned
+    # before it are, so the source changed the rate's rows, plus at most one transaction
+    # (up to 7 operations, of up to 20 rows in the set-based phase).
+    assert 200 * 8 <= paced.figures.source_changes < 200 * 8 + 7
+    assert 2_000 * 8 <= set_based.figures.source_changes < 2_000 * 8 + 7 * 20
+    assert result.path.is_file() and (result.path.parent / "series.csv").is_file()
+    assert "every Iceberg table equals its source" in result.path.read_text()
+
+    # Verified, so the source is gone from PostgreSQL and from the worker.
+    cluster = PostgresCluster(bench_settings)
+    with psycopg.connect(cluster.conninfo(), autocommit=True) as conn:
+        schema = "SELECT 1 FROM pg_namespace WHERE nspname = %s"
+        assert conn.execute(schema, (report.schema,)).fetchone() is None
+        slots = conn.execute("SELECT slot_name FROM pg_replication_slots").fetchall()
+        assert not [s for (s,) in slots if report.schema in s]
+    connect = KafkaConnect(bench_settings, None)
+    assert not [c for c in connect.request("GET", "/connectors") if report.schema in c]
