@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import socket
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer
 
+from icefjord.local.connect import KafkaConnect
+from icefjord.local.postgres import PostgresCluster
+from icefjord.local.services import service_processes
+from icefjord.local.settings import LocalSettings
 from icefjord.local.stack import LocalStack
 from shared.kafka import GroupMembership
 from shared.settings import CatalogSettings, KafkaSettings, RegistrySettings
@@ -26,6 +36,39 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def own_pipeline(stack: Stack, why: str) -> Iterator[LocalSettings]:
+    """The session's local stack with a PostgreSQL cluster directory of its own and free
+    ports for PostgreSQL, Kafka Connect and the four services, for a test that runs the
+    demo's machinery; afterwards whatever ran on them is stopped and the directory removed.
+    Skips with ``why`` when the session did not start the stack itself."""
+    if stack.local is None:
+        pytest.skip(why)
+    # Under /tmp, open to others: started by root, PostgreSQL runs as `postgres` and must
+    # reach its directory (pytest's own tmp dirs are 0700).
+    home = Path(tempfile.mkdtemp(prefix="icefjord-pg-"))
+    home.chmod(0o755)
+    settings = stack.local.settings.model_copy(
+        update={
+            "postgres_port": free_port(),
+            "postgres_dir": home / "pg",
+            "connect_port": free_port(),
+            "normalizer_port": free_port(),
+            "watcher_port": free_port(),
+            "writer_port": free_port(),
+            "maintainer_port": free_port(),
+        }
+    )
+    try:
+        yield settings
+    finally:
+        for service in service_processes(settings):
+            service.stop()
+        KafkaConnect(settings, None).stop()
+        PostgresCluster(settings).stop()
+        shutil.rmtree(home, ignore_errors=True)
 
 
 class LostOnce(GroupMembership):

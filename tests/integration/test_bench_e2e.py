@@ -9,19 +9,16 @@ in PostgreSQL.
 from __future__ import annotations
 
 import io
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import Stack, free_port
+from harness import Stack, own_pipeline
 from rich.console import Console
 
 from icefjord.demo.bench import BenchOptions, run_bench
 from icefjord.local.connect import KafkaConnect
 from icefjord.local.postgres import PostgresCluster, PostgresNotInstalled, find_bin_dir
-from icefjord.local.services import service_processes
 from icefjord.local.settings import LocalSettings
 
 pytestmark = pytest.mark.e2e
@@ -29,31 +26,12 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture
 def bench_settings(stack: Stack) -> Iterator[LocalSettings]:
-    if stack.local is None:
-        pytest.skip("needs the session's own local stack (Connect joins its broker)")
     try:
         find_bin_dir(None)
     except PostgresNotInstalled as exc:
         pytest.skip(str(exc))
-    home = Path(tempfile.mkdtemp(prefix="icefjord-pg-"))
-    home.chmod(0o755)  # PostgreSQL runs as `postgres` when the tests run as root
-    settings = stack.local.settings.model_copy(
-        update={
-            "postgres_port": free_port(),
-            "postgres_dir": home / "pg",
-            "connect_port": free_port(),
-            "normalizer_port": free_port(),
-            "watcher_port": free_port(),
-            "writer_port": free_port(),
-            "maintainer_port": free_port(),
-        }
-    )
-    yield settings
-    for service in service_processes(settings):
-        service.stop()
-    KafkaConnect(settings, None).stop()
-    PostgresCluster(settings).stop()
-    shutil.rmtree(home, ignore_errors=True)
+    with own_pipeline(stack, "needs the session's own local stack (Connect joins its broker)") as s:
+        yield s
 
 
 @pytest.mark.timeout(1200)

@@ -13,21 +13,15 @@ from __future__ import annotations
 import importlib.util
 import io
 import re
-import shutil
-import tempfile
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from harness import Stack, free_port
+from harness import Stack, own_pipeline
 from rich.console import Console
 
 from icefjord.demo.plan import WorkloadSpec
 from icefjord.demo.run import DemoOptions, DemoResult, print_summary, run_demo
-from icefjord.local.connect import KafkaConnect
-from icefjord.local.postgres import PostgresCluster
-from icefjord.local.services import service_processes
 from icefjord.local.settings import LocalSettings
 
 PIPELINE = (
@@ -47,27 +41,9 @@ pytestmark = [
 
 @pytest.fixture
 def e2e_settings(stack: Stack) -> Iterator[LocalSettings]:
-    if stack.local is None:
-        pytest.skip("the fault injection restarts the broker: needs the session's own stack")
-    home = Path(tempfile.mkdtemp(prefix="icefjord-pg-"))
-    home.chmod(0o755)  # PostgreSQL runs as `postgres` when the tests run as root
-    settings = stack.local.settings.model_copy(
-        update={
-            "postgres_port": free_port(),
-            "postgres_dir": home / "pg",
-            "connect_port": free_port(),
-            "normalizer_port": free_port(),
-            "watcher_port": free_port(),
-            "writer_port": free_port(),
-            "maintainer_port": free_port(),
-        }
-    )
-    yield settings
-    for service in service_processes(settings):
-        service.stop()
-    KafkaConnect(settings, None).stop()
-    PostgresCluster(settings).stop()
-    shutil.rmtree(home, ignore_errors=True)
+    why = "the fault injection restarts the broker: needs the session's own stack"
+    with own_pipeline(stack, why) as settings:
+        yield settings
 
 
 def _run(settings: LocalSettings, options: DemoOptions) -> tuple[DemoResult, str]:

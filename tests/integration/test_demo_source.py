@@ -11,21 +11,18 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import tempfile
 import threading
 import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka.admin import ConfigResource
-from harness import Stack, free_port
+from harness import Stack, own_pipeline
 
 from icefjord.demo.canonical import canonical
 from icefjord.demo.envelopes import encode_row, envelope_schema, key_schema
@@ -103,26 +100,13 @@ def read_topic(
 
 @pytest.fixture(scope="module")
 def demo_settings(stack: Stack) -> Iterator[LocalSettings]:
-    if stack.local is None:
-        pytest.skip("needs the session's own local stack (Connect joins its broker)")
     try:
         find_bin_dir(None)
     except PostgresNotInstalled as exc:
         pytest.skip(str(exc))
-    # Under /tmp, open to others: started by root, PostgreSQL runs as `postgres` and must
-    # reach its directory (pytest's own tmp dirs are 0700).
-    home = Path(tempfile.mkdtemp(prefix="icefjord-pg-"))
-    home.chmod(0o755)
-    yield stack.local.settings.model_copy(
-        update={
-            "postgres_port": free_port(),
-            "postgres_dir": home / "pg",
-            "connect_port": free_port(),
-            "normalizer_port": free_port(),
-            "watcher_port": free_port(),
-        }
-    )
-    shutil.rmtree(home, ignore_errors=True)
+    why = "needs the session's own local stack (Connect joins its broker)"
+    with own_pipeline(stack, why) as settings:
+        yield settings
 
 
 @pytest.fixture(scope="module")
