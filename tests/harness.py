@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Consumer
 
 from icefjord.local.connect import KafkaConnect
-from icefjord.local.postgres import PostgresCluster
+from icefjord.local.postgres import PostgresCluster, PostgresNotInstalled, find_bin_dir
 from icefjord.local.services import service_processes
 from icefjord.local.settings import LocalSettings
 from icefjord.local.stack import LocalStack
@@ -39,11 +39,17 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def own_pipeline(stack: Stack, why: str) -> Iterator[LocalSettings]:
+def own_pipeline(stack: Stack, why: str, needs_postgres: bool = False) -> Iterator[LocalSettings]:
     """The session's local stack with a PostgreSQL cluster directory of its own and free
     ports for PostgreSQL, Kafka Connect and the four services, for a test that runs the
     demo's machinery; afterwards whatever ran on them is stopped and the directory removed.
-    Skips with ``why`` when the session did not start the stack itself."""
+    Skips with ``why`` when the session did not start the stack itself, and when
+    ``needs_postgres`` and PostgreSQL is not installed."""
+    if needs_postgres:
+        try:
+            find_bin_dir(None)
+        except PostgresNotInstalled as exc:
+            pytest.skip(str(exc))
     if stack.local is None:
         pytest.skip(why)
     # Under /tmp, open to others: started by root, PostgreSQL runs as `postgres` and must

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from icefjord.bulk.load import BulkLoadResult
 from icefjord.demo.envelopes import EnvelopeEncoder
@@ -27,6 +27,9 @@ from icefjord.local.postgres import PostgresCluster
 from icefjord.local.settings import LocalSettings
 from shared.kafka import TopicRequest, ensure_topics, make_admin
 from shared.settings import KafkaSettings
+
+if TYPE_CHECKING:
+    import psycopg
 
 CONNECTOR_PREFIX = "icefjord-demo-"
 
@@ -96,7 +99,6 @@ def retire_earlier_runs(connect: KafkaConnect, cluster: PostgresCluster) -> list
         connect.delete(name)
     slots = [f"{SLOT_PREFIX}{name.removeprefix(CONNECTOR_PREFIX)}" for name in removed]
     dropped: list[str] = []
-    deadline = time.monotonic() + 30
     with psycopg.connect(cluster.conninfo(), autocommit=True) as conn:
         orphans = [
             row[0]
@@ -109,16 +111,33 @@ def retire_earlier_runs(connect: KafkaConnect, cluster: PostgresCluster) -> list
         for slot in orphans:
             conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
             dropped.append(f"slot {slot}")
-        while slots and time.monotonic() < deadline:
-            rows = conn.execute(
-                "SELECT slot_name, pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
-                " WHERE slot_name = ANY(%s) AND NOT active",
-                (slots,),
-            ).fetchall()
-            slots = [s for s in slots if s not in {row[0] for row in rows}]
-            if slots:
-                time.sleep(1)  # a deleted connector's task lets go of its slot shortly
+        drop_released_slots(conn, slots, wait_s=30.0)
     return removed + dropped
+
+
+def drop_released_slots(
+    conn: psycopg.Connection[Any], slots: Sequence[str], wait_s: float
+) -> list[str]:
+    """Drop the replication slots ``slots`` as their walsenders let go of them (a deleted
+    connector's task does shortly), waiting at most ``wait_s``. A slot that does not exist
+    counts as dropped. Returns the slots still held at the deadline."""
+    deadline = time.monotonic() + wait_s
+    held = list(slots)
+    while held:
+        conn.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+            " WHERE slot_name = ANY(%s) AND NOT active",
+            (held,),
+        )
+        rows = conn.execute(
+            "SELECT slot_name FROM pg_replication_slots WHERE slot_name = ANY(%s)", (held,)
+        ).fetchall()
+        held = [row[0] for row in rows]
+        if held and time.monotonic() < deadline:
+            time.sleep(0.5)
+        else:
+            break
+    return held
 
 
 def _slot_of(connect: KafkaConnect, name: str) -> str | None:
@@ -330,19 +349,8 @@ class PostgresDemoSource:
         Iceberg's tables stay. A slot whose walsender has not let go within ``wait_s`` is
         left to the next run's :func:`retire_earlier_runs` (it is inactive by then)."""
         self.connect.delete(self.names.connector)
-        deadline = time.monotonic() + wait_s
+        drop_released_slots(self.workload.connection(), [self.names.slot], wait_s)
         self.workload.drop(self.names.publication, self.names.slot)
-        while self._slot_exists() and time.monotonic() < deadline:
-            time.sleep(0.5)  # a deleted connector's task lets go of its slot shortly
-            self.workload.drop(self.names.publication, self.names.slot)
-
-    def _slot_exists(self) -> bool:
-        row = (
-            self.workload.connection()
-            .execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (self.names.slot,))
-            .fetchone()
-        )
-        return row is not None
 
     def close(self) -> None:
         self.workload.close()

@@ -18,7 +18,7 @@ from rich.console import Console
 
 from icefjord.demo.bench import BenchOptions, run_bench
 from icefjord.local.connect import KafkaConnect
-from icefjord.local.postgres import PostgresCluster, PostgresNotInstalled, find_bin_dir
+from icefjord.local.postgres import PostgresCluster
 from icefjord.local.settings import LocalSettings
 
 pytestmark = pytest.mark.e2e
@@ -26,12 +26,9 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture
 def bench_settings(stack: Stack) -> Iterator[LocalSettings]:
-    try:
-        find_bin_dir(None)
-    except PostgresNotInstalled as exc:
-        pytest.skip(str(exc))
-    with own_pipeline(stack, "needs the session's own local stack (Connect joins its broker)") as s:
-        yield s
+    why = "needs the session's own local stack (Connect joins its broker)"
+    with own_pipeline(stack, why, needs_postgres=True) as settings:
+        yield settings
 
 
 @pytest.mark.timeout(1200)

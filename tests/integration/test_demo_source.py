@@ -32,7 +32,7 @@ from icefjord.demo.source import PostgresDemoSource, SourceNames, retire_earlier
 from icefjord.demo.workload import WorkloadResult, paced
 from icefjord.local.artifacts import ensure_connect_artifacts
 from icefjord.local.connect import KafkaConnect
-from icefjord.local.postgres import PostgresCluster, PostgresNotInstalled, find_bin_dir
+from icefjord.local.postgres import PostgresCluster
 from icefjord.local.services import ServiceProcess, service_processes
 from icefjord.local.settings import LocalSettings
 from services.cdc_normalizer.config import NormalizerSettings
@@ -100,12 +100,8 @@ def read_topic(
 
 @pytest.fixture(scope="module")
 def demo_settings(stack: Stack) -> Iterator[LocalSettings]:
-    try:
-        find_bin_dir(None)
-    except PostgresNotInstalled as exc:
-        pytest.skip(str(exc))
     why = "needs the session's own local stack (Connect joins its broker)"
-    with own_pipeline(stack, why) as settings:
+    with own_pipeline(stack, why, needs_postgres=True) as settings:
         yield settings
 
 
