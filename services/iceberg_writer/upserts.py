@@ -18,8 +18,14 @@ field ids, and committed through Iceberg's Java API with the same snapshot summa
 commit. Readers apply equality deletes (Spark, Trino, Flink); the maintainer compacts them
 away and then removes the delete files no data file needs (``services/maintainer``).
 
+An empty table's batch (``Path.APPEND``: deletes of rows that do not exist are no-ops)
+goes in the same way without the delete file: its rows as one data file, in an append
+snapshot. A new table's first commit took 0.35-0.45 s as a Spark job and takes 0.08-0.12 s
+so; a snapshot of many tables waits on those first commits.
+
 Only for an unpartitioned table on the local file system, like the bulk copy
-(``copyfiles.py``): the writer chooses this path only for such tables.
+(``copyfiles.py``): the writer chooses this path only for such tables, and appends to
+any other table with Spark.
 """
 
 from __future__ import annotations
@@ -71,9 +77,13 @@ def write_upserts(
     batch: pa.Table,
     keys: Sequence[str],
     summary: Mapping[str, str],
+    *,
+    deletes: bool = True,
 ) -> float:
     """Commit ``batch`` to ``target`` (a quoted Spark name) as equality deletes of its keys
     and a data file of its rows, in ONE snapshot with ``summary``; return the seconds.
+    ``deletes=False``: the rows alone, as an append snapshot (an empty table's batch, whose
+    keys delete nothing).
 
     Raises ValueError for a table this path cannot write (partitioned, or not on the local
     file system); the Java commit's own exceptions pass through. Files of a commit that
@@ -98,6 +108,14 @@ def write_upserts(
         return path
 
     try:
+        if not deletes:  # an append snapshot, as readers of appends expect
+            append = table.newAppend()
+            if rows.num_rows:
+                append.appendFile(data_file(jvm, table, write(rows, "append")))
+            for key, value in summary.items():
+                append.set(key, value)
+            append.commit()
+            return time.monotonic() - started
         delta = table.newRowDelta()
         if rows.num_rows:
             path = write(rows, "upsert")

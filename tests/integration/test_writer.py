@@ -209,6 +209,35 @@ def test_commit_carries_offsets_and_publishes_commit_done(
     assert group.members == []
 
 
+@pytest.mark.parametrize("partitioned", [False, True], ids=["unpartitioned", "partitioned"])
+def test_a_new_tables_first_rows_are_appended_by_arrow_where_the_table_allows(
+    stack: Stack, spark: Any, change_topic: str, partitioned: bool
+) -> None:
+    table = change_topic.removeprefix("icefjord.changes.")
+    schema = change_schema(*table.split("."))
+    overrides: dict[str, Any] = {}
+    if partitioned:
+        overrides["tables"] = {table: {"partition_by": ["bucket(4, id)"]}}
+    writer = start_writer(writer_settings(stack, change_topic, **overrides))
+    # One batch into the empty table: created, updated and deleted keys (a deleted key's
+    # row must not go in).
+    history = [Event(i, "CREATE", i, name=f"n{i}-ü", amount="2.25") for i in range(1, 101)]
+    history += [Event(200, "UPDATE", 3, name="u3"), Event(201, "DELETE", 7)]
+    producer_for(stack, change_topic).send(schema, history)
+    run_until_caught_up(writer)
+    assert_equal_to_model(spark, table, history)
+    assert commits_by_path(writer, table) == {"append": 1.0}
+    files = spark.sql(f"SELECT file_path FROM icefjord.{table}.files").collect()
+    names = [r["file_path"].rsplit("/", 1)[-1] for r in files]
+    assert names
+    deletes = spark.sql(f"SELECT * FROM icefjord.{table}.delete_files").collect()
+    assert deletes == []
+    if partitioned:  # Arrow writes no partitions: Spark's append
+        assert not any(name.startswith("append-") for name in names)
+    else:  # one file, written by Arrow and committed through Iceberg's Java API
+        assert len(names) == 1 and names[0].startswith("append-")
+
+
 def test_a_writer_with_an_older_epoch_is_fenced(
     stack: Stack, spark: Any, change_topic: str
 ) -> None:
