@@ -212,5 +212,26 @@ def bench_write_command(
     console.print(table)
 
 
+@bench_app.command("new-tables")
+def bench_new_tables_command(
+    tables: int = typer.Option(30, "--tables", min=1, help="New tables, all waiting at once."),
+    rows: int = typer.Option(100, "--rows", min=1, help="Changes per table."),
+    runs: int = typer.Option(3, "--runs", min=1, help="Runs, each with fresh tables."),
+) -> None:
+    """iceberg-writer alone on the running stack: how long a burst of new tables (a
+    snapshot of many tables) takes until every one exists and holds its first rows."""
+    from services.iceberg_writer.bench import bench_new_tables
+    from services.iceberg_writer.config import WriterSettings
+
+    settings = WriterSettings(topic_replication_factor=1, metrics={"port": 0})
+    table = Table(title=f"iceberg-writer: {tables} new tables of {rows} changes each")
+    for column in ("run", "seconds", "tables/s"):
+        table.add_column(column, justify="right")
+    for run in range(1, runs + 1):
+        result = bench_new_tables(settings, tables=tables, rows=rows, progress=console.log)
+        table.add_row(str(run), f"{result.seconds:.1f}", f"{result.tables_per_second:.1f}")
+    console.print(table)
+
+
 if __name__ == "__main__":
     app()

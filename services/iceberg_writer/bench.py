@@ -192,3 +192,96 @@ def bench_write(
         steady_p50_s=_quantile(samples[len(samples) // 2 :], 0.5),
         steady_p99_s=_quantile(samples[len(samples) // 2 :], 0.99),
     )
+
+
+@dataclass(frozen=True)
+class NewTablesResult:
+    tables: int
+    rows: int  # per table
+    seconds: float  # from the writer's first step until every table holds its rows
+
+    @property
+    def tables_per_second(self) -> float:
+        return self.tables / self.seconds if self.seconds else 0.0
+
+
+def bench_new_tables(
+    settings: WriterSettings,
+    *,
+    tables: int,
+    rows: int = 100,
+    progress: Callable[[str], None] = lambda _message: None,
+) -> NewTablesResult:
+    """``tables`` fresh change topics, ``rows`` changes each, all waiting before a warmed-up
+    writer starts (a snapshot of many tables): the time until every table exists and holds
+    its rows, each table's row count checked in the catalog afterwards."""
+    from services.iceberg_writer.__main__ import build_writer  # starts Spark: import late
+
+    namespace = "bench"
+    prefix = f"n{uuid.uuid4().hex[:8]}"
+    names = [f"{prefix}_{i:03d}" for i in range(tables)]
+    topics = [f"icefjord.changes.{namespace}.{name}" for name in names]
+    admin = make_admin(settings.kafka)
+    ensure_topics(admin, [TopicRequest(topic, 3) for topic in topics])
+    run_settings = settings.model_copy(
+        update={
+            "topic_pattern": f"^icefjord[.]changes[.]{namespace}[.]{prefix}_[0-9]+$",
+            "group_id": f"bench-{prefix}",
+        }
+    )
+    ensure_topics(admin, run_settings.topic_requests())
+    codec = AvroCodec(make_registry_client(settings.registry))
+    producer = make_producer(settings.kafka, **{"linger.ms": 20})
+    key_schema = {"type": "record", "name": "K", "fields": [{"name": "id", "type": "long"}]}
+    now = dt.datetime.now(dt.UTC)
+    for name, topic in zip(names, topics, strict=True):
+        schema = _schema(namespace, name)
+        for key in range(rows):
+            value = {
+                "op": "CREATE",
+                "position": f"{key + 1:020d}",
+                "source_ts_ms": int(now.timestamp() * 1000),
+                "tx_id": None,
+                "source": {"connector": "bench"},
+                "key": {"id": key},
+                "after": {"id": key, "customer": f"c{key}", "amount": None, "updated_at": now},
+            }
+            producer.produce(
+                topic,
+                key=codec.serialize(f"{topic}-key", key_schema, {"id": key}),
+                value=codec.serialize(f"{topic}-value", schema, value),
+            )
+    producer.flush(30)
+    writer = build_writer(run_settings, CollectorRegistry())
+    writer.warm_up()
+    writer.start()
+    progress(f"{tables} topics of {rows} changes each waiting; writer warmed up")
+    began = time.monotonic()
+    last_report = began
+    wanted = {f"{namespace}.{name}" for name in names}
+    try:
+        while True:
+            writer.step()
+            held = [s for n, s in writer.tables.items() if n in wanted and s.committed]
+            if len(held) == tables and writer.caught_up():
+                break
+            if time.monotonic() - last_report > 2:
+                last_report = time.monotonic()
+                made = sum(1 for n, s in writer.tables.items() if n in wanted and s.table)
+                progress(
+                    f"{time.monotonic() - began:.1f} s: {made} of {tables} tables created, "
+                    f"{len(held)} hold their first rows"
+                )
+            if time.monotonic() - began > 300:
+                raise RuntimeError(f"only {len(held)} of {tables} tables committed in 300 s")
+        seconds = time.monotonic() - began
+        for name in sorted(wanted):
+            table = writer._store.load(name)
+            snapshot = table.current_snapshot() if table is not None else None
+            summary = snapshot.summary if snapshot is not None else None
+            total = summary.additional_properties.get("total-records") if summary else 0
+            if int(total or 0) != rows:
+                raise RuntimeError(f"{name} holds {total} rows, expected {rows}")
+    finally:
+        writer.close()
+    return NewTablesResult(tables=tables, rows=rows, seconds=seconds)
