@@ -28,6 +28,7 @@ from writer_support import (
     writer_settings,
 )
 
+from services.iceberg_writer.bench import bench_new_tables
 from services.iceberg_writer.tables import FencedError
 from services.iceberg_writer.writer import Writer
 from shared.avro import AvroCodec
@@ -236,6 +237,13 @@ def test_a_new_tables_first_rows_are_appended_by_arrow_where_the_table_allows(
         assert not any(name.startswith("append-") for name in names)
     else:  # one file, written by Arrow and committed through Iceberg's Java API
         assert len(names) == 1 and names[0].startswith("append-")
+
+
+def test_the_new_tables_benchmark_times_a_burst_and_checks_every_table(stack: Stack) -> None:
+    settings_ = writer_settings(stack, "icefjord.changes.unused.none")
+    result = bench_new_tables(settings_, tables=3, rows=5)  # raises if a table lacks rows
+    assert (result.tables, result.rows) == (3, 5)
+    assert 0 < result.seconds < 60
 
 
 def test_a_writer_with_an_older_epoch_is_fenced(
