@@ -90,6 +90,22 @@ def _schema(namespace: str, table: str) -> dict[str, Any]:
     }
 
 
+_KEY_SCHEMA = {"type": "record", "name": "K", "fields": [{"name": "id", "type": "long"}]}
+
+
+def _change(op: str, seq: int, key: int, now: dt.datetime) -> dict[str, Any]:
+    """A change record of :func:`_schema`, at position ``seq``, sourced ``now``."""
+    return {
+        "op": op,
+        "position": f"{seq:020d}",
+        "source_ts_ms": int(now.timestamp() * 1000),
+        "tx_id": None,
+        "source": {"connector": "bench"},
+        "key": {"id": key},
+        "after": {"id": key, "customer": f"c{seq}", "amount": None, "updated_at": now},
+    }
+
+
 def _quantile(samples: list[float], q: float) -> float:
     if not samples:
         return float("nan")
@@ -124,7 +140,6 @@ def bench_write(
     producer = make_producer(settings.kafka, **{"linger.ms": 20})
     schema = _schema(namespace, table)
     subject = f"{topic}-value"
-    key_schema = {"type": "record", "name": "K", "fields": [{"name": "id", "type": "long"}]}
     produced = 0
     stop = threading.Event()
 
@@ -141,19 +156,12 @@ def bench_write(
             while produced < due:
                 seq += 1
                 key = rng.randrange(keys)
-                now = dt.datetime.now(dt.UTC)
-                value = {
-                    "op": "UPDATE" if seq > keys else "CREATE",
-                    "position": f"{seq:020d}",
-                    "source_ts_ms": int(now.timestamp() * 1000),
-                    "tx_id": None,
-                    "source": {"connector": "bench"},
-                    "key": {"id": key},
-                    "after": {"id": key, "customer": f"c{seq}", "amount": None, "updated_at": now},
-                }
+                value = _change(
+                    "UPDATE" if seq > keys else "CREATE", seq, key, dt.datetime.now(dt.UTC)
+                )
                 producer.produce(
                     topic,
-                    key=codec.serialize(f"{topic}-key", key_schema, {"id": key}),
+                    key=codec.serialize(f"{topic}-key", _KEY_SCHEMA, {"id": key}),
                     value=codec.serialize(subject, schema, value),
                 )
                 produced += 1
@@ -232,23 +240,14 @@ def bench_new_tables(
     ensure_topics(admin, run_settings.topic_requests())
     codec = AvroCodec(make_registry_client(settings.registry))
     producer = make_producer(settings.kafka, **{"linger.ms": 20})
-    key_schema = {"type": "record", "name": "K", "fields": [{"name": "id", "type": "long"}]}
     now = dt.datetime.now(dt.UTC)
     for name, topic in zip(names, topics, strict=True):
         schema = _schema(namespace, name)
         for key in range(rows):
-            value = {
-                "op": "CREATE",
-                "position": f"{key + 1:020d}",
-                "source_ts_ms": int(now.timestamp() * 1000),
-                "tx_id": None,
-                "source": {"connector": "bench"},
-                "key": {"id": key},
-                "after": {"id": key, "customer": f"c{key}", "amount": None, "updated_at": now},
-            }
+            value = _change("CREATE", key + 1, key, now)
             producer.produce(
                 topic,
-                key=codec.serialize(f"{topic}-key", key_schema, {"id": key}),
+                key=codec.serialize(f"{topic}-key", _KEY_SCHEMA, {"id": key}),
                 value=codec.serialize(f"{topic}-value", schema, value),
             )
     producer.flush(30)
