@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import random
 import shutil
 import socket
 import tempfile
@@ -32,10 +33,40 @@ class Stack:
     local: LocalStack | None
 
 
+_HANDED_OUT: set[int] = set()
+_PORT_SPAN = 12_000  # how far below the ephemeral range ports are drawn from
+
+
+def ephemeral_low(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> int:
+    """The first port of the kernel's ephemeral range (32768 where it cannot be read)."""
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port nothing listens on, below the kernel's ephemeral range, never handed out
+    before in this session.
+
+    Binding to port 0 gives a port from the ephemeral range, and any outgoing connection
+    (a Kafka client's, Spark's) may take that port as its own before the test's process
+    binds it: the restarted writer of the fault test failed with "Address already in use"
+    that way. The kernel never gives a port below the range to a connection."""
+    high = ephemeral_low()
+    low = max(1024, high - _PORT_SPAN)
+    for _ in range(500):
+        port = random.randrange(low, high)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError(f"no free port in {low}-{high - 1}")
 
 
 @contextlib.contextmanager
