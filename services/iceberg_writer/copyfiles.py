@@ -181,6 +181,17 @@ def data_file(jvm: Any, table: Any, path: str) -> Any:
     )
 
 
+def commit_append(jvm: Any, table: Any, paths: Sequence[str], summary: Mapping[str, str]) -> None:
+    """Commit the Parquet files ``paths`` (in ``table``'s schema, with its field ids) to the
+    Java Iceberg ``table`` as one append snapshot with ``summary``."""
+    append = table.newAppend()
+    for path in paths:
+        append.appendFile(data_file(jvm, table, path))
+    for key, value in summary.items():
+        append.set(key, value)
+    append.commit()
+
+
 def discard_uncommitted(exc: Exception, written: Sequence[str]) -> None:
     """Remove the files of a commit that failed with ``exc``: in no snapshot, they would
     only be orphans. Kept when the commit's outcome is unknown (it may have landed)."""
@@ -220,12 +231,7 @@ def write_copy(
             path = os.path.join(data_dir, "data", f"copy-{uuid.uuid4().hex}.parquet")
             written.append(path)
             pq.write_table(rows, path, compression=codec)
-        append = table.newAppend()
-        for path in written:
-            append.appendFile(data_file(jvm, table, path))
-        for key, value in summary.items():
-            append.set(key, value)
-        append.commit()
+        commit_append(jvm, table, written, summary)
     except Exception as exc:
         discard_uncommitted(exc, written)
         raise

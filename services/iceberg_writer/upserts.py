@@ -43,6 +43,7 @@ from pyspark.sql import SparkSession
 
 from services.iceberg_writer.copyfiles import (
     arrow_schema_of,
+    commit_append,
     data_file,
     discard_uncommitted,
     file_metrics,
@@ -109,12 +110,7 @@ def write_upserts(
 
     try:
         if not deletes:  # an append snapshot, as readers of appends expect
-            append = table.newAppend()
-            if rows.num_rows:
-                append.appendFile(data_file(jvm, table, write(rows, "append")))
-            for key, value in summary.items():
-                append.set(key, value)
-            append.commit()
+            commit_append(jvm, table, [write(rows, "append")] if rows.num_rows else [], summary)
             return time.monotonic() - started
         delta = table.newRowDelta()
         if rows.num_rows:
