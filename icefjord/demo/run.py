@@ -15,9 +15,9 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from rich.console import Console
 from rich.live import Live
@@ -41,6 +41,7 @@ from icefjord.demo.source import (
     choose_schema,
     retire_earlier_runs,
 )
+from icefjord.demo.stall import describe_connector, stall_report
 from icefjord.demo.verify import VerifyReport, spark_reader, verify
 from icefjord.demo.workload import WorkloadResult, paced
 from icefjord.local.artifacts import dist_for, ensure_connect_artifacts
@@ -398,9 +399,64 @@ def _catch_up(
             last_state, still_since = state, now
         if now > deadline or now - still_since > options.stall_s:
             live.console.log(f"not caught up: {', '.join(sorted(late))} behind the source")
+            for line in where_stalled(settings, source, services, targets, catalog):
+                live.console.log(line)
             return False
         supervise(source, services, live)
         time.sleep(options.refresh_s)
+
+
+def where_stalled(
+    settings: LocalSettings,
+    source: DemoSource,
+    services: list[ServiceProcess],
+    tables: Iterable[str],
+    catalog: Any,
+) -> list[str]:
+    """Which stage holds what Iceberg is missing (:mod:`icefjord.demo.stall`)."""
+    from services.cdc_normalizer.config import NormalizerSettings
+    from services.cdc_normalizer.pipeline import changes_topic
+    from services.cdc_normalizer.table_schema import TableId
+    from services.iceberg_writer.config import WriterSettings
+
+    env = {s.name: s.env for s in services}
+
+    def setting(service: str, prefix: str, name: str, default: Any) -> str:
+        return str(env.get(service, {}).get(f"{prefix}{name.upper()}", default))
+
+    normalizer = NormalizerSettings.model_fields
+    lines = []
+    if isinstance(source, PostgresDemoSource):
+        try:
+            status = source.connect.status(source.names.connector)
+            lines.append(describe_connector(source.names.connector, status))
+        except Exception as exc:
+            lines.append(f"connector {source.names.connector}: no status: {exc}")
+    changes = {}
+    for table in tables:
+        namespace, _, name = table.rpartition(".")
+        changes[table] = changes_topic(TableId(namespace, name))
+    lines += stall_report(
+        KafkaSettings(bootstrap_servers=settings.bootstrap_servers),
+        catalog,
+        source_pattern=setting(
+            "normalizer",
+            "ICEFJORD_NORMALIZER_",
+            "include_pattern",
+            normalizer["include_pattern"].default,
+        ),
+        normalizer_group=setting(
+            "normalizer", "ICEFJORD_NORMALIZER_", "group_id", normalizer["group_id"].default
+        ),
+        writer_group=setting(
+            "writer",
+            "ICEFJORD_WRITER_",
+            "group_id",
+            WriterSettings.model_fields["group_id"].default,
+        ),
+        tables=changes,
+    )
+    return lines
 
 
 def verify_source(settings: LocalSettings, source: DemoSource) -> VerifyReport:

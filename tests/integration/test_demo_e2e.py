@@ -57,8 +57,41 @@ def _run(settings: LocalSettings, options: DemoOptions) -> tuple[DemoResult, str
     return result, out.getvalue()
 
 
-def _assert_proven(result: DemoResult, transcript: str) -> None:
-    assert result.caught_up, transcript[-4000:]
+def _service_warnings(settings: LocalSettings, per_log: int = 12) -> str:
+    """The last warnings and errors of each service's log (JSON lines, and librdkafka's
+    ``%3|``/``%4|`` lines): what a failed catch-up shows first."""
+    out = []
+    for path in sorted((settings.state / "run").glob("service-*.log")):
+        lines = path.read_text(errors="replace").splitlines()
+        picked = [
+            line[:400]
+            for line in lines
+            if '"level": "WARNING"' in line
+            or '"level": "ERROR"' in line
+            or line.startswith(("%3|", "%4|", "==="))
+        ]
+        out.append(f"--- {path.name}: {len(lines)} lines, the last warnings:")
+        out.extend(picked[-per_log:])
+    return "\n".join(out)
+
+
+def _stall_lines(transcript: str) -> str:
+    """The demo's own account of a stall: from ``not caught up`` to the verification."""
+    start = transcript.find("not caught up")
+    end = transcript.find("verifying every table", start)
+    return transcript[start:end] if start >= 0 else ""
+
+
+def _assert_proven(
+    result: DemoResult, transcript: str, settings: LocalSettings | None = None
+) -> None:
+    assert result.caught_up, "\n".join(
+        [
+            _stall_lines(transcript),
+            _service_warnings(settings) if settings is not None else "",
+            transcript[-3000:],
+        ]
+    )
     assert {t.table.split(".")[-1] for t in result.report.tables} >= {
         "customers",
         "orders",
@@ -95,7 +128,7 @@ def test_iceberg_equals_the_source_after_kills_and_a_broker_restart(
     assert {r.fault.target for r in kills} == {"normalizer", "watcher", "writer", "maintainer"}
     assert len(kills) == 8
     assert any(r.fault.kind == "restart_kafka" for r in result.faults)
-    _assert_proven(result, transcript)
+    _assert_proven(result, transcript, e2e_settings)
 
 
 @pytest.mark.timeout(1500)
@@ -124,7 +157,7 @@ def test_a_bulk_snapshot_with_changes_around_the_copy_ends_equal(
     copied = re.search(r"bulk load: ([\d,]+) rows copied", transcript)
     assert copied is not None, transcript[-4000:]
     assert int(copied.group(1).replace(",", "")) >= 50_000  # 60,000 seeded, some deleted
-    _assert_proven(result, transcript)
+    _assert_proven(result, transcript, e2e_settings)
 
 
 @pytest.mark.timeout(1500)
@@ -142,4 +175,4 @@ def test_the_generator_source_gives_the_same_proof(e2e_settings: LocalSettings) 
     )
     result, transcript = _run(e2e_settings, options)
     assert result.source == "generator"
-    _assert_proven(result, transcript)
+    _assert_proven(result, transcript, e2e_settings)

@@ -1,0 +1,142 @@
+"""Where does the pipeline hold the changes Iceberg is missing? Asked when the demo stops
+waiting for Iceberg to catch up.
+
+The services' lag metrics are set after each batch, so a consumer that stopped reading (no
+assignment, stuck in a rebalance) keeps reporting its last lag, often 0. This report asks
+the broker and the catalog instead, stage by stage:
+
+- Debezium: the connector's and its tasks' states (Kafka Connect's REST API);
+- cdc-normalizer: its consumer group's state and members, and per Debezium topic how many
+  offsets lie past the group's committed ones;
+- iceberg-writer: its consumer group's state and members (it commits no offsets to Kafka),
+  and per table how many offsets of its changes topic lie past the table's checkpoint (the
+  offsets in its newest writer commit).
+
+Offsets include transaction markers, so a count is an upper bound on records.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from shared.kafka import last_stable_offsets, make_admin
+from shared.settings import KafkaSettings
+
+TP = tuple[str, int]
+
+
+def unread(ends: Mapping[TP, int], positions: Mapping[TP, int]) -> dict[str, int]:
+    """Per topic, the offsets between each partition's position (none: its start) and its
+    end; topics with nothing unread are left out."""
+    out: dict[str, int] = {}
+    for (topic, partition), end in ends.items():
+        ahead = max(0, end - max(0, positions.get((topic, partition), 0)))
+        if ahead:
+            out[topic] = out.get(topic, 0) + ahead
+    return out
+
+
+def describe_unread(counts: Mapping[str, int], what: str) -> str:
+    if not counts:
+        return f"nothing {what}"
+    parts = [f"{topic} {n:,}" for topic, n in sorted(counts.items())]
+    return f"{what}: " + ", ".join(parts)
+
+
+def describe_connector(name: str, status: Mapping[str, Any]) -> str:
+    """``connector <name>: RUNNING; task 0 RUNNING`` with the first line of a failure's
+    trace."""
+    connector = status.get("connector", {})
+    parts = [f"connector {name}: {connector.get('state', '?')}"]
+    for task in status.get("tasks", []):
+        text = f"task {task.get('id', '?')} {task.get('state', '?')}"
+        trace = str(task.get("trace") or "").strip().splitlines()
+        if trace:
+            text += f" ({trace[0][:200]})"
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def stall_report(
+    kafka: KafkaSettings,
+    catalog: Any,
+    *,
+    source_pattern: str,
+    normalizer_group: str,
+    writer_group: str,
+    tables: Mapping[str, str],
+) -> list[str]:
+    """One line per stage. ``source_pattern``: the normalizer's subscription; ``tables``:
+    each Iceberg table (``namespace.name``) with its changes topic. Never raises: a stage
+    that cannot be asked says why."""
+    admin = make_admin(kafka)
+    lines: list[str] = []
+    try:
+        topics = admin.list_topics(timeout=10).topics
+    except Exception as exc:
+        return [f"broker not answering: {exc}"]
+    pattern = re.compile(source_pattern)
+    source = [t for t in topics if pattern.match(t)]
+    try:
+        committed = _group_offsets(admin, normalizer_group)
+        ends = last_stable_offsets(admin, _partitions(topics, source))
+        counts = unread(ends, committed)
+        lines.append(
+            f"normalizer ({_group_state(admin, normalizer_group)}): "
+            + describe_unread(counts, "unread")
+        )
+    except Exception as exc:
+        lines.append(f"normalizer: could not ask the broker: {exc}")
+    try:
+        changes = [t for t in tables.values() if t in topics]
+        ends = last_stable_offsets(admin, _partitions(topics, changes))
+        positions = _checkpoints(catalog, tables)
+        counts = unread(ends, positions)
+        lines.append(
+            f"writer ({_group_state(admin, writer_group)}): "
+            + describe_unread(counts, "past the tables' checkpoints")
+        )
+    except Exception as exc:
+        lines.append(f"writer: could not ask the broker or the catalog: {exc}")
+    return lines
+
+
+def _partitions(topics: Mapping[str, Any], names: Iterable[str]) -> list[Any]:
+    from confluent_kafka import TopicPartition
+
+    return [TopicPartition(name, p) for name in names for p in topics[name].partitions]
+
+
+def _group_offsets(admin: Any, group: str) -> dict[TP, int]:
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+    result = futures[group].result()
+    return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions or []}
+
+
+def _group_state(admin: Any, group: str) -> str:
+    try:
+        description = admin.describe_consumer_groups([group])[group].result()
+    except Exception as exc:
+        return f"group {group}: not described: {exc}"
+    members = len(description.members)
+    state = getattr(description.state, "name", str(description.state))
+    return f"group {group} {state}, {members} member{'' if members == 1 else 's'}"
+
+
+def _checkpoints(catalog: Any, tables: Mapping[str, str]) -> dict[TP, int]:
+    """The offsets of each table's checkpoint, for its changes topic."""
+    from services.iceberg_writer.tables import checkpoint_of
+
+    out: dict[TP, int] = {}
+    for table, topic in tables.items():
+        try:
+            checkpoint = checkpoint_of(catalog.load_table(table))
+        except Exception:  # no table yet: everything of its topic is unread
+            continue
+        if checkpoint is not None:
+            out.update({tp: n for tp, n in checkpoint.offsets.items() if tp[0] == topic})
+    return out
