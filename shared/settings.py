@@ -105,6 +105,13 @@ class ServiceSettings(BaseSettings):
     control_topic: str = CONTROL_TOPIC
     log_level: str = "INFO"
     log_format: Literal["json", "console"] = "json"
+    stuck_step_s: float = Field(
+        default=600.0,
+        ge=0,
+        description="A loop step (a batch, a commit) running longer than this means a client "
+        "call is not returning: the service logs where and exits with code 4 so that its "
+        "supervisor restarts it (shared/loop.py). 0: never.",
+    )
 
 
 def masked(settings: BaseModel) -> dict[str, Any]:

@@ -41,7 +41,7 @@ def run(settings: NormalizerSettings, stop: threading.Event) -> None:
         def step() -> None:
             service.step()
 
-        run_loop(step, stop, health)
+        run_loop(step, stop, health, stuck_after_s=settings.stuck_step_s)
 
 
 def main() -> int:

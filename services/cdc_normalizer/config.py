@@ -49,6 +49,11 @@ class NormalizerSettings(ServiceSettings):
         description="Regexes (re.search); a matching topic is skipped even if included.",
     )
     group_id: str = "icefjord-cdc-normalizer"
+    # A batch takes seconds; its slowest legitimate wait is a commit retried while the
+    # broker is down, which a restart waits out as well.
+    stuck_step_s: float = Field(
+        default=120.0, ge=0, description=ServiceSettings.model_fields["stuck_step_s"].description
+    )
     transactional_id: str | None = Field(
         default=None,
         description="The producer's transactional.id; None gives '<group_id>-<hostname>'. "

@@ -95,7 +95,7 @@ def run(settings: WriterSettings, stop: threading.Event) -> None:
             stop=stop,
         )
         log.info("iceberg-writer running", extra={"epoch": writer.epoch})
-        run_loop(writer.step, stop, health)
+        run_loop(writer.step, stop, health, stuck_after_s=settings.stuck_step_s)
         writer.flush_all()
 
 

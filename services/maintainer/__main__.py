@@ -72,7 +72,7 @@ def run(settings: MaintainerSettings, stop: threading.Event) -> None:
             stop=stop,
         )
         log.info("maintainer running", extra={"catalog": settings.catalog.name})
-        run_loop(service.step, stop, health)
+        run_loop(service.step, stop, health, stuck_after_s=settings.stuck_step_s)
 
 
 def main() -> int:

@@ -76,7 +76,7 @@ def run(settings: WatcherSettings, stop: threading.Event) -> None:
                 "probe": probe.url if probe is not None else None,
             },
         )
-        run_loop(step, stop, health)
+        run_loop(step, stop, health, stuck_after_s=settings.stuck_step_s)
 
 
 def main() -> int:
