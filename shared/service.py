@@ -7,7 +7,8 @@ SIGINT handlers, runs the service and maps how it ended to an exit code. The ser
 
 Exit codes (the same for all four services, as their READMEs and the Kubernetes probes expect):
 0 after a requested stop, 1 on a fatal error (one log line says why), 2 when the settings are
-invalid (one line on stderr); a service may add its own, like the writer's 3 (fenced).
+invalid (one line on stderr), 4 when a step did not return in time (``shared.loop``,
+``stuck_step_s``); a service may add its own, like the writer's 3 (fenced).
 """
 
 from __future__ import annotations
