@@ -15,6 +15,7 @@ again, and a new process resumes from committed state as after any crash.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -93,10 +94,8 @@ class StepWatchdog:
         )
         self._health.dead(reason)
         for handler in logging.getLogger().handlers:
-            try:
+            with contextlib.suppress(OSError, ValueError):  # a closed stream: exit anyway
                 handler.flush()
-            except (OSError, ValueError):  # a closed stream must not stop the exit
-                pass
         self._exit(EXIT_STUCK)
         return True
 

@@ -2,8 +2,9 @@
 
 Exit codes (``shared.service``): 0 after a requested stop, 1 on a fatal error (one log line
 says why), 2 when the settings are invalid (one line on stderr), 4 when a batch has not
-returned within ``stuck_step_s`` (a wedged client call; the supervisor restarts it). Kafka or the registry being
-down is not fatal: the batch is aborted and retried with a growing delay until they answer.
+returned within ``stuck_step_s`` (a wedged client call; the supervisor restarts it). Kafka
+or the registry being down is not fatal: the batch is aborted and retried with a growing
+delay until they answer.
 """
 
 from __future__ import annotations
