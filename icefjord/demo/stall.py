@@ -12,7 +12,9 @@ the broker and the catalog instead, stage by stage:
   and per table how many offsets of its changes topic lie past the table's checkpoint (the
   offsets in its newest writer commit).
 
-Offsets include transaction markers, so a count is an upper bound on records.
+Offsets include transaction markers and the records of aborted transactions (a reader skips
+them, and a table's checkpoint moves past them only with its next commit), so a count is an
+upper bound on the records still to come.
 """
 
 from __future__ import annotations
