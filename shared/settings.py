@@ -106,11 +106,12 @@ class ServiceSettings(BaseSettings):
     log_level: str = "INFO"
     log_format: Literal["json", "console"] = "json"
     stuck_step_s: float = Field(
-        default=600.0,
+        default=0.0,
         ge=0,
         description="A loop step (a batch, a commit) running longer than this means a client "
         "call is not returning: the service logs where and exits with code 4 so that its "
-        "supervisor restarts it (shared/loop.py). 0: never.",
+        "supervisor restarts it (shared/loop.py). 0: never. Set it above the longest step "
+        "the service may legitimately take (a MERGE into a large table, a rewrite).",
     )
 
 

@@ -49,8 +49,9 @@ class NormalizerSettings(ServiceSettings):
         description="Regexes (re.search); a matching topic is skipped even if included.",
     )
     group_id: str = "icefjord-cdc-normalizer"
-    # A batch takes seconds; its slowest legitimate wait is a commit retried while the
-    # broker is down, which a restart waits out as well.
+    # On here alone: the only transactional producer, whose calls librdkafka can wedge
+    # (shared/loop.py). A batch takes seconds; its slowest legitimate wait is a commit
+    # retried while the broker is down, which a restart waits out as well.
     stuck_step_s: float = Field(
         default=120.0, ge=0, description=ServiceSettings.model_fields["stuck_step_s"].description
     )

@@ -61,10 +61,6 @@ class MaintainerSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="ICEFJORD_MAINTAINER_", env_nested_delimiter="__")
 
     metrics: MaintainerMetricsSettings = Field(default_factory=MaintainerMetricsSettings)
-    # A step may rewrite a large table's files.
-    stuck_step_s: float = Field(
-        default=3600.0, ge=0, description=ServiceSettings.model_fields["stuck_step_s"].description
-    )
     catalog: CatalogSettings = Field(default_factory=CatalogSettings)
     spark: MaintainerSparkSettings = Field(default_factory=MaintainerSparkSettings)
     policy: MaintenancePolicy = Field(
