@@ -44,6 +44,7 @@ from icefjord.demo.run import (
     start_services,
     supervise,
     verify_source,
+    where_stalled,
 )
 from icefjord.demo.source import DemoSource, PostgresDemoSource
 from icefjord.demo.workload import PostgresWorkload, WorkloadResult, paced
@@ -403,6 +404,11 @@ class Bench:
                 return True, last
             if time.monotonic() > deadline:
                 self.live.console.log(f"not caught up: {', '.join(sorted(late))}")
+                stalled = where_stalled(
+                    self.settings, self.source, self.services, self.last_change_ms, self.catalog
+                )
+                for line in stalled:
+                    self.live.console.log(line)
                 return False, last
             self.tick()
 
