@@ -3,11 +3,13 @@ read, from the normalizer group's committed offsets and the tables' checkpoints.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 
 import pyarrow as pa
-from confluent_kafka import Consumer, Producer, TopicPartition
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from harness import Stack
 
 from icefjord.demo.stall import stall_report
@@ -34,7 +36,15 @@ def test_report_counts_what_each_stage_has_not_read(
 
     group = f"norm-{uuid.uuid4().hex[:6]}"
     consumer = Consumer(stack.kafka.client_config() | {"group.id": group})
-    consumer.commit(offsets=[TopicPartition(source, 0, 2)], asynchronous=False)
+    deadline = time.monotonic() + 30
+    while True:  # on a fresh broker the offsets topic may still be loading
+        try:
+            consumer.commit(offsets=[TopicPartition(source, 0, 2)], asynchronous=False)
+            break
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
     consumer.close()
 
     # One table has a checkpoint at offsets 4 and 1; another has none: all of its topic.
@@ -62,3 +72,24 @@ def test_report_counts_what_each_stage_has_not_read(
     # changes: p0 4 - 4, p1 3 - 1; other: 6, no table.
     expected = ", ".join(f"{t} {n}" for t, n in sorted({changes: 2, other: 6}.items()))
     assert writer.endswith(f"past the tables' checkpoints: {expected}"), writer
+
+
+def test_the_demo_asks_the_services_groups_by_their_settings(stack: Stack) -> None:
+    """``where_stalled`` names the groups the services would use: their defaults here, or
+    what a service's environment sets."""
+    from icefjord.demo.run import where_stalled
+    from icefjord.local.services import service_processes
+
+    if stack.local is None:
+        pytest.skip("needs the session's own stack")
+    settings = stack.local.settings
+    services = service_processes(
+        settings,
+        ("normalizer",),
+        extra_env={"normalizer": {"ICEFJORD_NORMALIZER_GROUP_ID": "norm-from-env"}},
+    )
+    catalog = open_catalog(stack.catalog)
+    lines = where_stalled(settings, object(), services, ["ns_absent.t"], catalog)  # type: ignore[arg-type]
+    assert lines[0].startswith("normalizer (group norm-from-env "), lines
+    assert lines[1].startswith("writer (group icefjord-writer "), lines
+    assert lines[1].endswith("nothing past the tables' checkpoints"), lines
