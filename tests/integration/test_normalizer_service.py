@@ -5,7 +5,10 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
 import re
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -31,6 +34,7 @@ from shared.kafka import (
     make_admin,
     make_producer,
 )
+from shared.loop import EXIT_STUCK
 from shared.registry import make_registry_client
 
 COLUMNS: list[dict[str, Any]] = [
@@ -521,3 +525,38 @@ def test_the_service_benchmark_drains_every_record_through_kafka(stack: Stack, f
     while set(result.topics) & set(admin.list_topics(timeout=10).topics):
         assert time.monotonic() < deadline, f"{result.topics} were not deleted"
         time.sleep(0.5)
+
+
+def test_a_step_that_does_not_return_in_time_ends_the_process_with_code_4(
+    stack: Stack, setup: Any
+) -> None:
+    """The watchdog wired into the real service: with a limit below its first step's waits
+    (starting transactions, a 2 s poll), the step overruns it, and the process exits 4 with
+    the stack in its log (a librdkafka call that never returns looks the same)."""
+    source_topic, table, dead_letter_topic, _settings = setup
+    env = os.environ | {
+        "ICEFJORD_NORMALIZER_KAFKA__BOOTSTRAP_SERVERS": stack.kafka.bootstrap_servers,
+        "ICEFJORD_NORMALIZER_REGISTRY__URL": stack.registry.url,
+        "ICEFJORD_NORMALIZER_METRICS__PORT": str(free_port()),
+        "ICEFJORD_NORMALIZER_INCLUDE_PATTERN": f"^{re.escape(source_topic)}$",
+        "ICEFJORD_NORMALIZER_GROUP_ID": f"normalizer-{table}",
+        "ICEFJORD_NORMALIZER_TRANSACTIONAL_ID": f"tx-{table}",
+        "ICEFJORD_NORMALIZER_DEAD_LETTER_TOPIC": dead_letter_topic,
+        "ICEFJORD_NORMALIZER_TOPIC_REPLICATION_FACTOR": "1",
+        "ICEFJORD_NORMALIZER_POLL_TIMEOUT_S": "2",
+        "ICEFJORD_NORMALIZER_STUCK_STEP_S": "0.5",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cdc_normalizer"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == EXIT_STUCK, done.stdout[-2000:] + done.stderr[-2000:]
+    records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    stuck = [r for r in records if r["msg"].startswith("step stuck")]
+    assert len(stuck) == 1, done.stdout[-2000:]
+    # Where it waits (starting transactions, or polling) depends on timing; it is the step.
+    assert "cdc_normalizer/app.py" in stuck[0]["stack"], stuck[0]["stack"]
+    assert ", in step\n" in stuck[0]["stack"], stuck[0]["stack"]
