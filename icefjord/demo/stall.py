@@ -20,7 +20,7 @@ upper bound on the records still to come.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from shared.kafka import last_stable_offsets, make_admin
@@ -74,35 +74,47 @@ def stall_report(
     each Iceberg table (``namespace.name``) with its changes topic. Never raises: a stage
     that cannot be asked says why."""
     admin = make_admin(kafka)
-    lines: list[str] = []
     try:
         topics = admin.list_topics(timeout=10).topics
     except Exception as exc:
         return [f"broker not answering: {exc}"]
     pattern = re.compile(source_pattern)
     source = [t for t in topics if pattern.match(t)]
+    changes = [t for t in tables.values() if t in topics]
+    return [
+        _stage(
+            admin,
+            topics,
+            ("normalizer", normalizer_group, "unread"),
+            source,
+            lambda: _group_offsets(admin, normalizer_group),
+        ),
+        _stage(
+            admin,
+            topics,
+            ("writer", writer_group, "past the tables' checkpoints"),
+            changes,
+            lambda: _checkpoints(catalog, tables),
+        ),
+    ]
+
+
+def _stage(
+    admin: Any,
+    topics: Mapping[str, Any],
+    names: tuple[str, str, str],
+    read: list[str],
+    positions: Callable[[], Mapping[TP, int]],
+) -> str:
+    """``<service> (group <id> <state>, <n> members): <what>: <topic> <offsets>, ...`` for
+    the topics ``read`` from ``positions``; what went wrong when it cannot be asked."""
+    service, group, what = names
     try:
-        committed = _group_offsets(admin, normalizer_group)
-        ends = last_stable_offsets(admin, _partitions(topics, source))
-        counts = unread(ends, committed)
-        lines.append(
-            f"normalizer ({_group_state(admin, normalizer_group)}): "
-            + describe_unread(counts, "unread")
-        )
+        ends = last_stable_offsets(admin, _partitions(topics, read))
+        counts = unread(ends, positions())
     except Exception as exc:
-        lines.append(f"normalizer: could not ask the broker: {exc}")
-    try:
-        changes = [t for t in tables.values() if t in topics]
-        ends = last_stable_offsets(admin, _partitions(topics, changes))
-        positions = _checkpoints(catalog, tables)
-        counts = unread(ends, positions)
-        lines.append(
-            f"writer ({_group_state(admin, writer_group)}): "
-            + describe_unread(counts, "past the tables' checkpoints")
-        )
-    except Exception as exc:
-        lines.append(f"writer: could not ask the broker or the catalog: {exc}")
-    return lines
+        return f"{service}: could not be asked: {exc}"
+    return f"{service} ({_group_state(admin, group)}): " + describe_unread(counts, what)
 
 
 def _partitions(topics: Mapping[str, Any], names: Iterable[str]) -> list[Any]:
