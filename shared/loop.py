@@ -3,12 +3,12 @@
 Signal handlers only set the stop event; the loop finishes its current step, then the
 caller's ``finally`` flushes and closes (resources live in an ``ExitStack``).
 
-A step that never returns is watched for (:class:`StepWatchdog`). librdkafka 2.12 can block
-a transactional producer's ``send_offsets_to_transaction`` past its timeout, for good, once
-a restarted broker was briefly missing from the metadata (librdkafka issues #5456, #5511):
-the fault test's normalizer sat in it for five minutes while its metrics endpoint answered.
-Such a call cannot be interrupted, and a signal handler does not run while the main thread
-is inside it, so the watchdog logs where the step is stuck and exits the process with
+A step that never returns is watched for (:class:`StepWatchdog`). After a broker restart the
+fault test's normalizer sat inside a librdkafka call for five minutes (no Python line ran,
+not even the SIGTERM handler) while its metrics endpoint answered; librdkafka's open issues
+#5456 and #5511 describe ``send_offsets_to_transaction`` blocking past its timeout, for
+good, once a restarted broker was briefly missing from the metadata. Such a call cannot be
+interrupted, and a signal handler does not run while the main thread is inside it, so the watchdog logs where the step is stuck and exits the process with
 :data:`EXIT_STUCK`; its supervisor (Kubernetes, compose's ``restart``, the demo) starts it
 again, and a new process resumes from committed state as after any crash.
 """
