@@ -8,9 +8,10 @@ fault test's normalizer sat inside a librdkafka call for five minutes (no Python
 not even the SIGTERM handler) while its metrics endpoint answered; librdkafka's open issues
 #5456 and #5511 describe ``send_offsets_to_transaction`` blocking past its timeout, for
 good, once a restarted broker was briefly missing from the metadata. Such a call cannot be
-interrupted, and a signal handler does not run while the main thread is inside it, so the watchdog logs where the step is stuck and exits the process with
-:data:`EXIT_STUCK`; its supervisor (Kubernetes, compose's ``restart``, the demo) starts it
-again, and a new process resumes from committed state as after any crash.
+interrupted, and a signal handler does not run while the main thread is inside it, so the
+watchdog logs where the step is stuck and exits the process with :data:`EXIT_STUCK`; its
+supervisor (Kubernetes, compose's ``restart``, the demo) starts it again, and a new process
+resumes from committed state as after any crash.
 """
 
 from __future__ import annotations
