@@ -23,6 +23,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from services.cdc_normalizer.metrics import lag_by_topic
 from shared.kafka import last_stable_offsets, make_admin
 from shared.settings import KafkaSettings
 
@@ -31,13 +32,9 @@ TP = tuple[str, int]
 
 def unread(ends: Mapping[TP, int], positions: Mapping[TP, int]) -> dict[str, int]:
     """Per topic, the offsets between each partition's position (none: its start) and its
-    end; topics with nothing unread are left out."""
-    out: dict[str, int] = {}
-    for (topic, partition), end in ends.items():
-        ahead = max(0, end - max(0, positions.get((topic, partition), 0)))
-        if ahead:
-            out[topic] = out.get(topic, 0) + ahead
-    return out
+    end (the normalizer's own ``lag_by_topic``); topics with nothing unread are left out."""
+    rows = ((t, max(0, positions.get((t, p), 0)), end) for (t, p), end in ends.items())
+    return {topic: n for topic, n in lag_by_topic(rows).items() if n}
 
 
 def describe_unread(counts: Mapping[str, int], what: str) -> str:
