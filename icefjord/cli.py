@@ -233,5 +233,47 @@ def bench_new_tables_command(
     console.print(table)
 
 
+@bench_app.command("recovery")
+def bench_recovery_command(
+    rate: int = typer.Option(1000, "--rate", min=1, help="Changes/s to produce."),
+    kills: int = typer.Option(3, "--kills", min=1, help="Times the writer is killed."),
+    steady_s: float = typer.Option(
+        30.0, "--steady-seconds", min=1, help="Seconds of steady writing before each kill."
+    ),
+    fresh_s: float = typer.Option(
+        5.0, "--fresh-seconds", min=0.1, help="Freshness that counts as fresh again."
+    ),
+) -> None:
+    """iceberg-writer killed (`kill -9`) and started again on the running stack: seconds
+    until its first commit and until the table is fresh again, per kill."""
+    from icefjord.demo.recovery import bench_recovery
+    from icefjord.local.services import service_processes
+
+    writer = service_processes(LocalSettings(), ["writer"])[0]
+    result = bench_recovery(
+        writer,
+        rate=rate,
+        kills=kills,
+        steady_s=steady_s,
+        fresh_s=fresh_s,
+        progress=console.log,
+    )
+    table = Table(
+        title=f"iceberg-writer killed and restarted, {rate:,} changes/s to {result.table} "
+        f"(steady freshness p99 {result.steady_p99_s:.1f} s)"
+    )
+    for column in ("kill", "first commit s", f"fresh (<= {fresh_s:g} s) again s", "worst s"):
+        table.add_column(column, justify="right")
+    for number, figure in enumerate(result.kills, 1):
+        table.add_row(
+            str(number),
+            *(
+                f"{v:.1f}" if v is not None else "-"
+                for v in (figure.first_commit_s, figure.fresh_again_s, figure.worst_s)
+            ),
+        )
+    console.print(table)
+
+
 if __name__ == "__main__":
     app()

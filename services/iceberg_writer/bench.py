@@ -43,7 +43,7 @@ class WriteBenchResult:
         return self.applied / self.seconds if self.seconds else 0.0
 
 
-def _schema(namespace: str, table: str) -> dict[str, Any]:
+def bench_schema(namespace: str, table: str) -> dict[str, Any]:
     row = [
         {"name": "id", "type": "long"},
         {"name": "customer", "type": ["null", "string"], "default": None},
@@ -90,11 +90,11 @@ def _schema(namespace: str, table: str) -> dict[str, Any]:
     }
 
 
-_KEY_SCHEMA = {"type": "record", "name": "K", "fields": [{"name": "id", "type": "long"}]}
+BENCH_KEY_SCHEMA = {"type": "record", "name": "K", "fields": [{"name": "id", "type": "long"}]}
 
 
-def _change(op: str, seq: int, key: int, now: dt.datetime) -> dict[str, Any]:
-    """A change record of :func:`_schema`, at position ``seq``, sourced ``now``."""
+def bench_change(op: str, seq: int, key: int, now: dt.datetime) -> dict[str, Any]:
+    """A change record of :func:`bench_schema`, at position ``seq``, sourced ``now``."""
     return {
         "op": op,
         "position": f"{seq:020d}",
@@ -138,7 +138,7 @@ def bench_write(
     writer.start()
     codec = AvroCodec(make_registry_client(settings.registry))
     producer = make_producer(settings.kafka, **{"linger.ms": 20})
-    schema = _schema(namespace, table)
+    schema = bench_schema(namespace, table)
     subject = f"{topic}-value"
     produced = 0
     stop = threading.Event()
@@ -156,12 +156,12 @@ def bench_write(
             while produced < due:
                 seq += 1
                 key = rng.randrange(keys)
-                value = _change(
+                value = bench_change(
                     "UPDATE" if seq > keys else "CREATE", seq, key, dt.datetime.now(dt.UTC)
                 )
                 producer.produce(
                     topic,
-                    key=codec.serialize(f"{topic}-key", _KEY_SCHEMA, {"id": key}),
+                    key=codec.serialize(f"{topic}-key", BENCH_KEY_SCHEMA, {"id": key}),
                     value=codec.serialize(subject, schema, value),
                 )
                 produced += 1
@@ -242,12 +242,12 @@ def bench_new_tables(
     producer = make_producer(settings.kafka, **{"linger.ms": 20})
     now = dt.datetime.now(dt.UTC)
     for name, topic in zip(names, topics, strict=True):
-        schema = _schema(namespace, name)
+        schema = bench_schema(namespace, name)
         for key in range(rows):
-            value = _change("CREATE", key + 1, key, now)
+            value = bench_change("CREATE", key + 1, key, now)
             producer.produce(
                 topic,
-                key=codec.serialize(f"{topic}-key", _KEY_SCHEMA, {"id": key}),
+                key=codec.serialize(f"{topic}-key", BENCH_KEY_SCHEMA, {"id": key}),
                 value=codec.serialize(f"{topic}-value", schema, value),
             )
     producer.flush(30)
