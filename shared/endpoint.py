@@ -16,12 +16,26 @@ class Health:
     """Liveness and readiness, set by the service loop and read by the HTTP handler.
 
     Ready means "doing its job now" (its dependencies answer); alive means "not wedged".
+    A :meth:`hold` keeps a service that already works from reporting ready until it is
+    released (the writer commits while its Spark warms up, but is not ready at full speed).
     """
 
     def __init__(self) -> None:
         self._ready = threading.Event()
         self._reason = "starting"
         self._alive = True
+        self._holds: list[str] = []
+        self._lock = threading.Lock()
+
+    def hold(self, reason: str) -> None:
+        """Not ready, for ``reason``, until :meth:`release` of it, whatever the loop reports."""
+        with self._lock:
+            self._holds.append(reason)
+
+    def release(self, reason: str) -> None:
+        with self._lock:
+            if reason in self._holds:
+                self._holds.remove(reason)
 
     def ready(self) -> None:
         self._ready.set()
@@ -37,7 +51,7 @@ class Health:
 
     @property
     def is_ready(self) -> bool:
-        return self._ready.is_set()
+        return self._ready.is_set() and not self._holds
 
     @property
     def is_alive(self) -> bool:
@@ -45,7 +59,8 @@ class Health:
 
     @property
     def reason(self) -> str:
-        return self._reason
+        holds = self._holds
+        return holds[0] if holds and self._alive and self._ready.is_set() else self._reason
 
 
 def _handler(registry: CollectorRegistry, health: Health) -> type[BaseHTTPRequestHandler]:

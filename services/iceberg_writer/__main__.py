@@ -87,7 +87,9 @@ def run(settings: WriterSettings, stop: threading.Event) -> None:
         writer = build_writer(settings, registry)
         resources.callback(writer.close)
         if settings.warm_up:
-            writer.warm_up()
+            # The loop starts at once; ready (full speed) once Spark is warm.
+            health.hold("warming up Spark")
+            writer.warm_up_in_background(lambda: health.release("warming up Spark"))
         retry(
             lambda: writer.start(),
             what="read the control topic",

@@ -145,8 +145,9 @@ class WriterSettings(ServiceSettings):
     )
     warm_up: bool = Field(
         default=True,
-        description="Run each write path once on a throwaway table at start, before "
-        "reporting ready, so the first real commits are not 20-30 s slower.",
+        description="Run each write path once on a throwaway table at start, in the "
+        "background while the loop already runs, and report ready once done, so later "
+        "commits are not 20-30 s slower the first time each path runs.",
     )
     insert_path: bool = Field(
         default=False,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections import Counter
@@ -386,6 +387,47 @@ def test_the_warm_up_runs_every_write_path_and_leaves_no_trace(
     writer.warm_up(DEFAULT_PROPERTIES)  # raises if a write path fails
     assert set(catalog.list_namespaces()) == before
     assert list(staging.iterdir()) == []
+
+
+def test_the_loop_commits_while_spark_warms_up_in_the_background(
+    stack: Stack, spark: Any, change_topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restarted writer commits before its warm-up is done: the warm-up runs in a thread
+    (held here until the loop has committed), then calls ``done``; the loop's commits during
+    and after it are exact."""
+    table = change_topic.removeprefix("icefjord.changes.")
+    schema = change_schema(*table.split("."))
+    writer = start_writer(writer_settings(stack, change_topic))
+    entered, gate, done = threading.Event(), threading.Event(), threading.Event()
+    real = writer._batch_writer.warm_up
+
+    def held(*args: Any, **kwargs: Any) -> float:
+        entered.set()
+        assert gate.wait(300), "the test never let the warm-up go on"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(writer._batch_writer, "warm_up", held)
+    warming = writer.warm_up_in_background(done.set)
+    try:
+        assert entered.wait(60), "the warm-up never started"
+        history = [Event(i, "READ", i, name=f"r{i}", amount="1.50") for i in range(1, 101)]
+        producer_for(stack, change_topic).send(schema, history)
+        run_until_caught_up(writer)
+        assert_equal_to_model(spark, table, history)
+        assert not done.is_set(), "the warm-up finished before the loop committed"
+        # Let the warm-up run while the loop commits more.
+        gate.set()
+        later = [Event(200 + i, "UPDATE", i, name=f"u{i}") for i in range(1, 51)]
+        later += [Event(300 + i, "DELETE", i) for i in range(51, 61)]
+        producer_for(stack, change_topic).send(schema, later)
+        run_until_caught_up(writer)
+        warming.join(300)
+        assert done.is_set() and not warming.is_alive()
+        assert_equal_to_model(spark, table, history + later)
+    finally:
+        gate.set()
+        warming.join(300)
+        writer.close()
 
 
 def test_a_data_consumer_out_of_its_group_is_replaced_and_nothing_is_lost_or_repeated(

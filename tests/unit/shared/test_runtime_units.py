@@ -145,6 +145,33 @@ def test_loop_marks_not_ready_while_a_dependency_is_down_and_recovers() -> None:
     assert health.is_ready
 
 
+def test_a_hold_keeps_a_working_service_not_ready_until_released() -> None:
+    stop = threading.Event()
+    health = Health()
+    health.hold("warming up Spark")
+    steps = iter([None, None, "release", None, "stop"])
+    seen: list[tuple[bool, str]] = []
+
+    def step() -> None:
+        outcome = next(steps)
+        if outcome == "release":
+            health.release("warming up Spark")
+        if outcome == "stop":
+            stop.set()
+        seen.append((health.is_ready, health.reason))
+
+    run_loop(step, stop, health, retry_delay=0.001)
+    # Before the first step ends, the loop's own reason; then the hold's; then ready.
+    assert seen[0] == (False, "starting")
+    assert seen[1] == (False, "warming up Spark")
+    assert seen[2] == (True, "ok")
+    assert health.is_ready
+    health.release("never held")  # harmless
+    health.dead("wedged")
+    health.hold("again")
+    assert not health.is_ready and health.reason == "wedged"
+
+
 def _get(url: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
