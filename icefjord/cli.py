@@ -244,14 +244,13 @@ def bench_recovery_command(
         5.0, "--fresh-seconds", min=0.1, help="Freshness that counts as fresh again."
     ),
 ) -> None:
-    """iceberg-writer killed (`kill -9`) and started again on the running stack: seconds
-    until its first commit and until the table is fresh again, per kill."""
+    """iceberg-writer killed (`kill -9`) and started again on the local stack (`icefjord
+    local up`; the watcher and the writer are started if not running): seconds until its
+    first commit and until the table is fresh again, per kill."""
     from icefjord.demo.recovery import bench_recovery
-    from icefjord.local.services import service_processes
 
-    writer = service_processes(LocalSettings(), ["writer"])[0]
     result = bench_recovery(
-        writer,
+        LocalSettings(),
         rate=rate,
         kills=kills,
         steady_s=steady_s,

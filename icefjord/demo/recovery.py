@@ -1,7 +1,8 @@
 """``icefjord bench recovery``: how soon a table is fresh again after iceberg-writer is killed.
 
-On the running local stack (``icefjord local up``, its services running), a generator
-produces change records at a fixed rate to a fresh changes topic of one partition, each
+On the local stack (``icefjord local up``; the benchmark starts the schema-watcher and
+iceberg-writer when they are not running, and leaves them running), a generator produces
+change records at a fixed rate to a fresh changes topic of one partition, each
 stamped with the wall-clock time it was produced. The stack's schema-watcher and
 iceberg-writer create and fill its table. After a steady stretch the writer is killed
 (``kill -9`` of its process group, its Spark JVM too, as a container crash) and started again
@@ -28,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from icefjord.local.services import ServiceProcess
+from icefjord.local.settings import LocalSettings
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ def _steady_p99(produced: Sequence[float], commits: Sequence[Commit], until: flo
 
 
 def bench_recovery(
-    writer: ServiceProcess,
+    local: LocalSettings,
     *,
     rate: int,
     kills: int,
@@ -115,10 +116,12 @@ def bench_recovery(
     timeout_s: float = 180.0,
     progress: Callable[[str], None] = lambda _message: None,
 ) -> RecoveryResult:
-    """Run the benchmark against the stack's ``writer`` (which must be running)."""
+    """Run the benchmark on ``local``'s stack (see the module's description)."""
     # Late imports: they load Kafka, the registry client and the catalog.
     from confluent_kafka import KafkaError, Message
 
+    from icefjord.demo.run import start_services
+    from icefjord.local.services import service_processes
     from services.iceberg_writer.bench import BENCH_KEY_SCHEMA, bench_change, bench_schema
     from services.iceberg_writer.config import WriterSettings
     from services.iceberg_writer.tables import OFFSETS, decode_offsets
@@ -126,12 +129,17 @@ def bench_recovery(
     from shared.catalog import open_catalog
     from shared.kafka import TopicRequest, ensure_topics, make_admin, make_producer
     from shared.registry import make_registry_client
+    from shared.settings import CatalogSettings, KafkaSettings, RegistrySettings
 
-    if not writer.running():
-        raise RuntimeError(
-            "iceberg-writer is not running: start the stack with `icefjord local up`"
-        )
-    settings = WriterSettings(topic_replication_factor=1, metrics={"port": 0})
+    watcher, writer = service_processes(local, ["watcher", "writer"])
+    start_services([watcher, writer], local.start_timeout_s, progress)
+    settings = WriterSettings(
+        kafka=KafkaSettings(bootstrap_servers=local.bootstrap_servers),
+        registry=RegistrySettings(url=local.registry_url),
+        catalog=CatalogSettings(name=local.catalog_name, local_state_dir=local.state),
+        topic_replication_factor=1,
+        metrics={"port": 0},
+    )
     namespace, name = "bench", f"r_{uuid.uuid4().hex[:8]}"
     table = f"{namespace}.{name}"
     topic = f"icefjord.changes.{namespace}.{name}"
@@ -235,7 +243,8 @@ def bench_recovery(
                 f"again after {figure.fresh_again_s:.1f} s, worst freshness "
                 f"{figure.worst_s:.1f} s"
             )
-            steady(steady_s)
+            if number < kills:
+                steady(steady_s)
     finally:
         stop.set()
         feeder.join(60)
