@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -243,14 +246,21 @@ def bench_recovery_command(
     fresh_s: float = typer.Option(
         5.0, "--fresh-seconds", min=0.1, help="Freshness that counts as fresh again."
     ),
+    out: Path | None = typer.Option(  # noqa: B008 (typer's idiom)
+        None,
+        "--out",
+        help="Directory for commits.csv and recovery.png "
+        "(default <state>/bench/recovery-<timestamp>).",
+    ),
 ) -> None:
     """iceberg-writer killed (`kill -9`) and started again on the local stack (`icefjord
     local up`; the watcher and the writer are started if not running): seconds until its
     first commit and until the table is fresh again, per kill."""
-    from icefjord.demo.recovery import bench_recovery
+    from icefjord.demo.recovery import bench_recovery, write_outputs
 
+    settings = LocalSettings()
     result = bench_recovery(
-        LocalSettings(),
+        settings,
         rate=rate,
         kills=kills,
         steady_s=steady_s,
@@ -272,6 +282,9 @@ def bench_recovery_command(
             ),
         )
     console.print(table)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for path in write_outputs(result, out or settings.state / "bench" / f"recovery-{stamp}"):
+        console.print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from icefjord.local.settings import LocalSettings
@@ -85,9 +86,15 @@ def kill_figures(
 class RecoveryResult:
     table: str
     rate: int
-    produced: int
     kills: tuple[KillFigures, ...]
     steady_p99_s: float  # freshness p99 of the commits before the first kill
+    produced_at: tuple[float, ...]  # by offset: when each record was produced
+    commits: tuple[Commit, ...]  # the table's writer commits, in order
+    fresh_s: float
+
+    @property
+    def produced(self) -> int:
+        return len(self.produced_at)
 
 
 def _steady_p99(produced: Sequence[float], commits: Sequence[Commit], until: float) -> float:
@@ -250,4 +257,102 @@ def bench_recovery(
         feeder.join(60)
     if failures:
         raise RuntimeError(f"{len(failures)} records were not produced: {failures[0]}")
-    return RecoveryResult(table, rate, len(produced), tuple(figures), steady_p99)
+    return RecoveryResult(
+        table, rate, tuple(figures), steady_p99, tuple(produced), tuple(commits), fresh_s
+    )
+
+
+def commits_csv(result: RecoveryResult) -> str:
+    """One row per writer commit: seconds since the first record was produced, the next
+    offset it had not applied, and the freshness of the oldest record it made visible."""
+    start = result.produced_at[0] if result.produced_at else 0.0
+    rows = ["t_s,next_offset,oldest_record_s"]
+    previous = Commit(0.0, 0)
+    for commit in result.commits:
+        age = commit_freshness(result.produced_at, previous, commit)
+        rows.append(
+            f"{commit.at - start:.2f},{commit.next_offset},{'' if age is None else f'{age:.2f}'}"
+        )
+        previous = commit
+    return "\n".join(rows) + "\n"
+
+
+def staleness(produced: Sequence[float], commits: Sequence[Commit]) -> list[tuple[float, float]]:
+    """How stale the table was over time: at each commit, the age of the oldest record not
+    yet visible just before it and just after it (0 when every record produced by then is
+    visible). Between commits the age grows with the clock, so these points, joined, are
+    the whole curve."""
+    points: list[tuple[float, float]] = []
+    waiting = 0  # the first offset not yet visible
+    for commit in commits:
+        if waiting < len(produced) and produced[waiting] < commit.at:
+            points.append((commit.at, commit.at - produced[waiting]))
+        else:
+            points.append((commit.at, 0.0))
+        waiting = max(waiting, commit.next_offset)
+        if waiting < len(produced) and produced[waiting] < commit.at:
+            points.append((commit.at, commit.at - produced[waiting]))
+        else:
+            points.append((commit.at, 0.0))
+    return points
+
+
+def plot(result: RecoveryResult, path: Path) -> None:
+    """Draw how stale the table was over time (:func:`staleness`), the kills as lines.
+    Raises ImportError without matplotlib (the ``bench`` extra)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    start = result.produced_at[0] if result.produced_at else 0.0
+    points = staleness(result.produced_at, result.commits)
+    fig, axis = plt.subplots(figsize=(11, 4.5))
+    axis.plot(
+        [t - start for t, _ in points],
+        [age for _, age in points],
+        linewidth=1,
+        label="age of the oldest change not yet in the table",
+    )
+    axis.plot(
+        [c.at - start for c in result.commits],
+        [0] * len(result.commits),
+        "|",
+        color="tab:green",
+        markersize=8,
+        label="writer commits",
+    )
+    axis.axhline(result.fresh_s, color="red", linestyle=":", label=f"{result.fresh_s:g} s")
+    for number, kill in enumerate(result.kills, 1):
+        axis.axvline(kill.killed_at - start, color="black", linestyle="--", linewidth=1)
+        axis.annotate(
+            f"kill {number}",
+            (kill.killed_at - start, 1),
+            xycoords=("data", "axes fraction"),
+            textcoords="offset points",
+            xytext=(3, -12),
+            fontsize=8,
+        )
+    axis.set_xlabel("seconds since the first change was produced")
+    axis.set_ylabel("seconds")
+    axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=3, fontsize=8)
+    fig.suptitle(
+        f"iceberg-writer killed (kill -9) and started again, {result.rate:,} changes/s "
+        f"to {result.table}"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_outputs(result: RecoveryResult, out_dir: Path) -> list[Path]:
+    """Write ``commits.csv`` and (with matplotlib) ``recovery.png`` into ``out_dir``;
+    return the paths written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = [out_dir / "commits.csv"]
+    written[0].write_text(commits_csv(result))
+    try:
+        plot(result, out_dir / "recovery.png")
+    except ImportError:
+        return written
+    return [*written, out_dir / "recovery.png"]

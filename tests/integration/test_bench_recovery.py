@@ -3,15 +3,19 @@ a real kill -9 and restart, figures read from the table's commits in the real ca
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from harness import Stack, own_pipeline
 
-from icefjord.demo.recovery import bench_recovery
+from icefjord.demo.recovery import bench_recovery, write_outputs
 from icefjord.local.services import service_processes
 from services.iceberg_writer.tables import EPOCH, checkpoint_of
 from shared.catalog import open_catalog
 
 
-def test_a_killed_writer_is_restarted_and_its_table_is_fresh_again(stack: Stack) -> None:
+def test_a_killed_writer_is_restarted_and_its_table_is_fresh_again(
+    stack: Stack, tmp_path: Path
+) -> None:
     messages: list[str] = []
     # Services on ports of their own, all stopped afterwards.
     with own_pipeline(stack, "needs the session's own stack to run services on") as settings:
@@ -42,3 +46,7 @@ def test_a_killed_writer_is_restarted_and_its_table_is_fresh_again(stack: Stack)
     assert checkpoint is not None
     topic = f"icefjord.changes.{result.table}"
     assert 0 < checkpoint.offsets[(topic, 0)] <= result.produced
+    # The chart and the CSV of this run: a row per commit.
+    written = write_outputs(result, tmp_path)
+    assert [p.name for p in written] == ["commits.csv", "recovery.png"]
+    assert len(written[0].read_text().splitlines()) == len(result.commits) + 1

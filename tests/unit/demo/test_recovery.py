@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
-from icefjord.demo.recovery import Commit, _steady_p99, commit_freshness, kill_figures
+from icefjord.demo.recovery import (
+    Commit,
+    RecoveryResult,
+    _steady_p99,
+    commit_freshness,
+    commits_csv,
+    kill_figures,
+    staleness,
+    write_outputs,
+)
 
 # One record every 0.1 s from t=100: offset o was produced at 100 + o / 10.
 PRODUCED = [100 + o / 10 for o in range(1000)]
@@ -47,3 +57,36 @@ def test_the_steady_p99_counts_every_record_before_the_cut() -> None:
     assert math.isclose(_steady_p99(PRODUCED, commits, until=102.0), 1.0)
     assert math.isclose(_steady_p99(PRODUCED, commits, until=106.0), 4.0)
     assert math.isnan(_steady_p99(PRODUCED, commits, until=100.0))
+
+
+def _result() -> RecoveryResult:
+    commits = (Commit(101.2, 10), Commit(102.1, 19), Commit(110.0, 99), Commit(112.0, 118))
+    kill = kill_figures(PRODUCED, commits, killed_at=102.5, fresh_s=5.0)
+    return RecoveryResult("bench.r", 10, (kill,), 1.0, tuple(PRODUCED), commits, 5.0)
+
+
+def test_the_csv_has_a_row_per_commit_with_its_oldest_records_freshness() -> None:
+    lines = commits_csv(_result()).splitlines()
+    assert lines[0] == "t_s,next_offset,oldest_record_s"
+    assert lines[1:] == ["1.20,10,1.20", "2.10,19,1.10", "10.00,99,8.10", "12.00,118,2.10"]
+
+
+def test_the_outputs_are_the_csv_and_a_chart(tmp_path: Path) -> None:
+    written = write_outputs(_result(), tmp_path / "out")
+    assert [p.name for p in written] == ["commits.csv", "recovery.png"]
+    assert (tmp_path / "out" / "recovery.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_staleness_is_a_sawtooth_that_falls_at_each_commit() -> None:
+    # Records every 0.1 s from 100.0; commits make records visible up to their offsets.
+    commits = [Commit(101.0, 10), Commit(105.0, 20), Commit(106.0, 60)]
+    points = staleness(PRODUCED, commits)
+    expected = [
+        (101.0, 1.0),  # record 0 (100.0) waited 1.0 s, then 10 (101.0) is the oldest: 0
+        (101.0, 0.0),
+        (105.0, 4.0),  # record 10 (101.0) waited until 105.0; then 20 (102.0): 3.0 s
+        (105.0, 3.0),
+        (106.0, 4.0),  # record 20 waited 4.0 s; record 60 (106.0) is not produced before
+        (106.0, 0.0),
+    ]
+    assert [(t, round(age, 6)) for t, age in points] == expected
