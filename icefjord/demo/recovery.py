@@ -25,7 +25,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,14 @@ class KillFigures:
     worst_s: float | None
 
 
+def with_previous(commits: Sequence[Commit]) -> Iterator[tuple[Commit, Commit]]:
+    """Each commit with the one before it (before the first: nothing applied yet)."""
+    previous = Commit(0.0, 0)
+    for commit in commits:
+        yield previous, commit
+        previous = commit
+
+
 def commit_freshness(produced: Sequence[float], before: Commit, commit: Commit) -> float | None:
     """The freshness of the oldest record ``commit`` made visible (the first one ``before``
     had not), or None when it made none visible."""
@@ -65,15 +73,12 @@ def kill_figures(
     record's production time (``produced[offset]``) and the table's writer commits in order."""
     worst: float | None = None
     first_commit: float | None = None
-    previous = Commit(0.0, 0)
-    for commit in commits:
+    for previous, commit in with_previous(commits):
         if commit.at <= killed_at:
-            previous = commit
             continue
         if first_commit is None:
             first_commit = commit.at - killed_at
         freshness = commit_freshness(produced, previous, commit)
-        previous = commit
         if freshness is None:
             continue
         worst = freshness if worst is None else max(worst, freshness)
@@ -99,18 +104,15 @@ class RecoveryResult:
 
 def _steady_p99(produced: Sequence[float], commits: Sequence[Commit], until: float) -> float:
     """p99 freshness of the records made visible before ``until``, each weighted as one."""
+    from services.iceberg_writer.bench import quantile
+
     values: list[float] = []
-    previous = Commit(0.0, 0)
-    for commit in commits:
+    for previous, commit in with_previous(commits):
         if commit.at > until:
             break
         end = min(commit.next_offset, len(produced))
         values.extend(commit.at - produced[o] for o in range(previous.next_offset, end))
-        previous = commit
-    if not values:
-        return float("nan")
-    values.sort()
-    return values[min(len(values) - 1, int(0.99 * len(values)))]
+    return quantile(values, 0.99)
 
 
 def bench_recovery(
@@ -267,13 +269,11 @@ def commits_csv(result: RecoveryResult) -> str:
     offset it had not applied, and the freshness of the oldest record it made visible."""
     start = result.produced_at[0] if result.produced_at else 0.0
     rows = ["t_s,next_offset,oldest_record_s"]
-    previous = Commit(0.0, 0)
-    for commit in result.commits:
+    for previous, commit in with_previous(result.commits):
         age = commit_freshness(result.produced_at, previous, commit)
         rows.append(
             f"{commit.at - start:.2f},{commit.next_offset},{'' if age is None else f'{age:.2f}'}"
         )
-        previous = commit
     return "\n".join(rows) + "\n"
 
 
@@ -282,18 +282,18 @@ def staleness(produced: Sequence[float], commits: Sequence[Commit]) -> list[tupl
     yet visible just before it and just after it (0 when every record produced by then is
     visible). Between commits the age grows with the clock, so these points, joined, are
     the whole curve."""
+
+    def age(at: float, waiting: int) -> tuple[float, float]:
+        """At ``at``, the age of record ``waiting`` (the first not visible), if produced."""
+        produced_before = waiting < len(produced) and produced[waiting] < at
+        return (at, at - produced[waiting] if produced_before else 0.0)
+
     points: list[tuple[float, float]] = []
-    waiting = 0  # the first offset not yet visible
+    waiting = 0
     for commit in commits:
-        if waiting < len(produced) and produced[waiting] < commit.at:
-            points.append((commit.at, commit.at - produced[waiting]))
-        else:
-            points.append((commit.at, 0.0))
+        points.append(age(commit.at, waiting))
         waiting = max(waiting, commit.next_offset)
-        if waiting < len(produced) and produced[waiting] < commit.at:
-            points.append((commit.at, commit.at - produced[waiting]))
-        else:
-            points.append((commit.at, 0.0))
+        points.append(age(commit.at, waiting))
     return points
 
 

@@ -14,7 +14,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,7 +106,8 @@ def bench_change(op: str, seq: int, key: int, now: dt.datetime) -> dict[str, Any
     }
 
 
-def _quantile(samples: list[float], q: float) -> float:
+def quantile(samples: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0-1) of ``samples`` by rank; NaN for none."""
     if not samples:
         return float("nan")
     ordered = sorted(samples)
@@ -193,12 +194,12 @@ def bench_write(
         produced=produced,
         applied=applied,
         commits=writer.commits,
-        freshness_p50_s=_quantile(samples, 0.5),
-        freshness_p99_s=_quantile(samples, 0.99),
+        freshness_p50_s=quantile(samples, 0.5),
+        freshness_p99_s=quantile(samples, 0.99),
         # The second half of the changes: after the JVM has warmed up and the backlog of the
         # first, slow commits is gone.
-        steady_p50_s=_quantile(samples[len(samples) // 2 :], 0.5),
-        steady_p99_s=_quantile(samples[len(samples) // 2 :], 0.99),
+        steady_p50_s=quantile(samples[len(samples) // 2 :], 0.5),
+        steady_p99_s=quantile(samples[len(samples) // 2 :], 0.99),
     )
 
 
