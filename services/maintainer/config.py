@@ -25,6 +25,7 @@ from shared.spark import SparkSettings
 from shared.topics import catalog_topic_request
 
 DEFAULT_METRICS_PORT = 9404
+BACKGROUND_NICE_DEFAULT = 10
 PRODUCER = "maintainer"
 
 _POLICY = TypeAdapter(MaintenancePolicy)
@@ -116,6 +117,15 @@ class MaintainerSettings(ServiceSettings):
         "compaction lease, so the rewrite the writer waits for is not starved on a shared "
         "machine (services/maintainer/priority.py); needs CAP_SYS_NICE or RLIMIT_NICE, else "
         "it is skipped. 0 (not below the process's own nice): off.",
+    )
+    background_nice: int = Field(
+        default=BACKGROUND_NICE_DEFAULT,
+        ge=0,
+        le=19,
+        description="CPU nice value of the maintainer and its Spark JVM outside the leases the "
+        "writer waits for, so that on a machine the services share, maintenance takes the CPU "
+        "the pipeline leaves over (services/maintainer/priority.py). Applied only where the "
+        "priority can be raised again for a boost; 0: normal priority throughout.",
     )
     catch_up: CatchUpRule = Field(
         default_factory=CatchUpRule,
