@@ -25,7 +25,6 @@ from shared.spark import SparkSettings
 from shared.topics import catalog_topic_request
 
 DEFAULT_METRICS_PORT = 9404
-BACKGROUND_NICE_DEFAULT = 10
 PRODUCER = "maintainer"
 
 _POLICY = TypeAdapter(MaintenancePolicy)
@@ -119,7 +118,7 @@ class MaintainerSettings(ServiceSettings):
         "it is skipped. 0 (not below the process's own nice): off.",
     )
     background_nice: int = Field(
-        default=BACKGROUND_NICE_DEFAULT,
+        default=10,
         ge=0,
         le=19,
         description="CPU nice value of the maintainer and its Spark JVM outside the leases the "

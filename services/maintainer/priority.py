@@ -1,4 +1,5 @@
-"""CPU priority for the maintainer while it holds a compaction lease.
+"""CPU priority for the maintainer: raised while the writer waits for its compaction lease,
+lowered to the background otherwise.
 
 While the lease is held the writer's commits to that table wait (``shared.lease``), so
 every CPU second the rewrite waits for is a second of staleness for the table. On a machine
