@@ -535,13 +535,11 @@ def build_service(
     metrics_registry: Any,
     stop: threading.Event,
     clock: Callable[[], float] = time.time,
-    priority: LeaseBoost | None = None,
 ) -> MaintainerService:
     """Wire a :class:`MaintainerService` to Kafka, the catalog and Spark.
 
     ``registry`` is the schema registry client; ``metrics_registry`` the Prometheus
-    registry the metrics go on. The caller owns (and closes) the clients. ``priority``
-    boosts the leases the writer waits for (default: one made from the settings).
+    registry the metrics go on. The caller owns (and closes) the clients.
     """
     codec = AvroCodec(registry)
     topic = settings.control_topic
@@ -557,7 +555,7 @@ def build_service(
         lease_settle_s=settings.compaction_lease_settle_s,
         clock=clock,
         stop=stop,
-        boost=(priority or LeaseBoost(settings.compaction_lease_nice)).boosted,
+        boost=LeaseBoost(settings.compaction_lease_nice).boosted,
     )
     board = HealthBoard()
     metrics = MaintainerMetrics.create(metrics_registry, board.snapshot, clock)
