@@ -2,7 +2,7 @@
 
 While the lease is held the writer's commits to that table wait (``shared.lease``), so
 every CPU second the rewrite waits for is a second of staleness for the table. On a machine
-the services share (a laptop, one VM with docker compose) the rewrite competes with the
+the services share (a laptop running the local stack) the rewrite competes with the
 writer's own Spark, Kafka and the source: in the end-to-end benchmark a compaction that
 takes 0.9 s on an idle machine took 7.2 s at 1,000 changes/s, and held the table all that
 time. :class:`LeaseBoost` raises the priority of this process and its children (the Spark
@@ -16,8 +16,10 @@ commits down.
 
 A higher priority than the default needs ``CAP_SYS_NICE`` (root on a laptop,
 ``cap_add: [SYS_NICE]`` in compose). Without it the first attempt logs once and the boost
-turns itself off; nothing else changes. Where the maintainer has CPU of its own (a
-Kubernetes pod with its request) the boost changes nothing and may be left off.
+turns itself off; nothing else changes. A nice value only counts against threads of the
+same task group (``sched(7)``): where each service has a cgroup of its own (a container
+in docker compose, a Kubernetes pod) the cgroups' CPU weights decide between the
+maintainer and the writer, and the boost only orders the maintainer's own threads.
 
 Linux keeps a nice value per thread, so the boost sets every thread of the process tree
 (``/proc/<pid>/task``), and the restore sets every thread again, including those started
