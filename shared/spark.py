@@ -19,7 +19,7 @@ from shared.settings import CatalogSettings
 
 log = logging.getLogger(__name__)
 
-_LOCAL_JARS = str(Path.home() / ".cache" / "icefjord" / "dist" / "spark-jars-1.10.1" / "*.jar")
+_LOCAL_JARS = str(Path.home() / ".cache" / "icefjord" / "dist" / "spark-jars-1.12.0" / "*.jar")
 
 
 class SparkSettings(BaseModel):

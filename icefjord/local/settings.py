@@ -29,7 +29,7 @@ class LocalSettings(BaseSettings):
     registry_port: int = 8081
     kafka_version: str = "3.9.1"
     apicurio_version: str = "3.0.9"
-    iceberg_version: str = "1.10.1"
+    iceberg_version: str = "1.12.0"
     kafka_heap: str = "512m"
     registry_heap: str = "512m"
     start_timeout_s: float = 120.0

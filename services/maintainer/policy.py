@@ -46,6 +46,7 @@ first because readers and the file count suffer most from small files."""
 
 DANGLING_DELETES_OPTION = "remove-dangling-deletes"
 EQUALITY_DELETES_OPTION = "delete-file-threshold"
+CACHE_DELETES_OPTION = "cache-delete-files"
 
 COMPACTION_OPTIONS: Mapping[str, str] = {
     # Commit file groups one by one: a group that conflicts with the writer is dropped
@@ -247,6 +248,13 @@ def _compaction(health: TableHealth, policy: MaintenancePolicy) -> Candidate | N
         # rewrites the whole partition, and a rewrite for small files alone (the base file
         # left as it is, its deletes still applying to it) costs a fraction of that.
         options[EQUALITY_DELETES_OPTION] = "1"
+    if health.equality_delete_files:
+        # A rewrite reads its data files with their deletes applied, and an equality delete
+        # file applies to every older data file: without the executor cache (off for
+        # rewrites by default, as suits file-scoped deletes) each delete file is read again
+        # for each of them. With 67 data files and 66 delete files the rewrite took 7.0-8.0
+        # CPU s, and 4.0-4.6 with the cache.
+        options[CACHE_DELETES_OPTION] = "true"
     return Candidate(
         table=health.table,
         action=MaintenanceAction.COMPACT_DATA_FILES,

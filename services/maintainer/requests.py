@@ -86,6 +86,7 @@ ALLOWED_OPTIONS: Mapping[MaintenanceAction, Mapping[str, Callable[[str], OptionV
         "delete-file-threshold": _NON_NEGATIVE,
         "delete-ratio-threshold": _ratio,
         "remove-dangling-deletes": _boolean,
+        "cache-delete-files": _boolean,
     },
     MaintenanceAction.REWRITE_POSITION_DELETES: dict(_REWRITE_COMMON),
     MaintenanceAction.EXPIRE_SNAPSHOTS: {

@@ -580,7 +580,11 @@ def test_compaction_applies_the_writers_equality_deletes_and_drops_them(
     """The writer's upsert path (``upserts.py``) commits equality deletes; a compaction with
     the policy's options for them rewrites every file they touch, and the executor then
     removes the delete files (Iceberg leaves them in an unpartitioned table)."""
-    from services.maintainer.policy import COMPACTION_OPTIONS, EQUALITY_DELETES_OPTION
+    from services.maintainer.policy import (
+        CACHE_DELETES_OPTION,
+        COMPACTION_OPTIONS,
+        EQUALITY_DELETES_OPTION,
+    )
 
     table = f"{namespace}.upserted"
     spark.sql(
@@ -597,7 +601,7 @@ def test_compaction_applies_the_writers_equality_deletes_and_drops_them(
     assert contents(spark, table) == model
     kinds = spark.sql(f"SELECT content FROM icefjord.{table}.delete_files").collect()
     assert [r.content for r in kinds] == [2] * 6, "each upsert commit has one equality delete"
-    options = {**COMPACTION_OPTIONS, EQUALITY_DELETES_OPTION: "1"}
+    options = {**COMPACTION_OPTIONS, EQUALITY_DELETES_OPTION: "1", CACHE_DELETES_OPTION: "true"}
     result = executor.execute(
         request(table, MaintenanceAction.COMPACT_DATA_FILES, **options), MaintenancePolicy()
     )
@@ -617,7 +621,11 @@ def test_upsert_commits_go_in_under_the_lease_and_every_compaction_still_commits
     sequence number the rewritten files keep, so those deletes still apply to them: every
     compaction commits at its first attempt, and the table equals the writer's model."""
     from services.iceberg_writer.tables import DEFAULT_PROPERTIES
-    from services.maintainer.policy import COMPACTION_OPTIONS, EQUALITY_DELETES_OPTION
+    from services.maintainer.policy import (
+        CACHE_DELETES_OPTION,
+        COMPACTION_OPTIONS,
+        EQUALITY_DELETES_OPTION,
+    )
 
     table = f"{namespace}.upserted_under_lease"
     retries = DEFAULT_PROPERTIES["commit.retry.num-retries"]  # as the writer creates tables
@@ -658,7 +666,12 @@ def test_upsert_commits_go_in_under_the_lease_and_every_compaction_still_commits
 
     thread = threading.Thread(target=writer, name="writer", daemon=True)
     thread.start()
-    options = {**COMPACTION_OPTIONS, EQUALITY_DELETES_OPTION: "1", "min-input-files": "2"}
+    options = {
+        **COMPACTION_OPTIONS,
+        EQUALITY_DELETES_OPTION: "1",
+        CACHE_DELETES_OPTION: "true",
+        "min-input-files": "2",
+    }
     try:
         # Three rounds at least; more (up to eight) until a commit has gone in under a lease.
         results = compact_while_writing(

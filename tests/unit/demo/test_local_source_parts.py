@@ -139,7 +139,7 @@ def test_service_env_points_every_service_at_the_stack(tmp_path: Path) -> None:
     # (librdkafka's own default is 5 minutes).
     assert NormalizerSettings().metadata_refresh_ms <= 10_000
     assert WriterSettings().metadata_refresh_ms <= 10_000
-    assert writer["ICEFJORD_WRITER_SPARK__JARS"].endswith("spark-jars-1.10.1/*.jar")
+    assert writer["ICEFJORD_WRITER_SPARK__JARS"].endswith("spark-jars-1.12.0/*.jar")
 
 
 def test_normalizer_reads_only_the_demo_topics(tmp_path: Path) -> None:

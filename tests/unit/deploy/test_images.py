@@ -112,12 +112,12 @@ def test_a_pyproject_pin_missing_from_the_lock_is_reported(
 def test_jar_versions_follow_the_local_stack(ctx: Context, edit: Edit) -> None:
     edit(
         images.IMAGE_POM,
-        "<iceberg.version>1.10.1</iceberg.version>",
+        "<iceberg.version>1.12.0</iceberg.version>",
         "<iceberg.version>1.10.0</iceberg.version>",
     )
     assert [str(p) for p in images._jar_pins(ctx)] == [
         "deploy/docker/spark-jars/pom.xml: iceberg.version is 1.10.0, "
-        "deploy/local/pom.xml has 1.10.1"
+        "deploy/local/pom.xml has 1.12.0"
     ]
 
 

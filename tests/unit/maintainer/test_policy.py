@@ -226,6 +226,9 @@ def test_equality_deletes_make_every_file_they_touch_a_compaction_input() -> Non
     assert candidate.options["delete-file-threshold"] == "1"
     assert candidate.options["remove-dangling-deletes"] == "true"
     assert "delete-file-threshold" not in plain[MaintenanceAction.COMPACT_DATA_FILES].options
+    # Every data file reads every newer equality delete file: cached once per executor.
+    assert candidate.options["cache-delete-files"] == "true"
+    assert "cache-delete-files" not in plain[MaintenanceAction.COMPACT_DATA_FILES].options
 
 
 def test_small_files_with_equality_deletes_below_the_ratio_rewrite_only_the_small_files() -> None:
@@ -241,3 +244,5 @@ def test_small_files_with_equality_deletes_below_the_ratio_rewrite_only_the_smal
     # Their deletes still apply to the base file: the dangling removal stays on.
     assert small.options["remove-dangling-deletes"] == "true"
     assert both.options["delete-file-threshold"] == "1"
+    # The small files are read with the equality deletes applied too.
+    assert small.options["cache-delete-files"] == "true"

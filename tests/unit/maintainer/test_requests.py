@@ -48,6 +48,7 @@ def test_a_valid_request_parses_its_table_scope_and_options() -> None:
                 "min-input-files": "2",
                 "partial-progress.enabled": "TRUE",
                 "delete-ratio-threshold": "0.25",
+                "cache-delete-files": "true",
             },
             reason="test",
             requested_by="operator:test",
@@ -60,6 +61,7 @@ def test_a_valid_request_parses_its_table_scope_and_options() -> None:
         "min-input-files": 2,
         "partial-progress.enabled": True,
         "delete-ratio-threshold": 0.25,
+        "cache-delete-files": True,
     }
 
 
@@ -85,6 +87,7 @@ def test_unknown_option_is_rejected_and_names_the_accepted_ones() -> None:
         (MaintenanceAction.COMPACT_DATA_FILES, "target-file-size-bytes", "1' OR '1"),
         (MaintenanceAction.COMPACT_DATA_FILES, "rewrite-all", "yes"),
         (MaintenanceAction.COMPACT_DATA_FILES, "delete-ratio-threshold", "1.5"),
+        (MaintenanceAction.COMPACT_DATA_FILES, "cache-delete-files", "on"),
         (MaintenanceAction.EXPIRE_SNAPSHOTS, "retain_last", "0"),
         (MaintenanceAction.EXPIRE_SNAPSHOTS, "older_than_ms", "-5"),
         (MaintenanceAction.REMOVE_ORPHAN_FILES, "dry_run", "maybe"),
