@@ -1,0 +1,99 @@
+"""One compaction, repeated from the same table state: the figures of HISTORY's "2026-11-27, night".
+
+Run from the repository root on a local state a benchmark left behind, with the services
+stopped (nothing else may commit to the table):
+
+    .venv/bin/python docs/benchmarks/2026-11-27-delete-cache/rewrite_ab.py \
+        bench_e2e.orders base base cache-delete-files=true base cache-delete-files=true
+
+Each variant is ``base`` (the maintainer's options for a delete-ratio compaction of a table
+with equality deletes, as of 82fa45b without ``cache-delete-files``) or comma-separated
+``key=value`` changes to them (``spark.*`` keys go to the session). Each runs
+``rewrite_data_files`` and prints its wall seconds and the Spark JVM's CPU seconds (from
+``/proc``), then rolls the table back to the snapshot it started from. ``START=<snapshot
+id>`` rolls back to that snapshot first (after a run that stopped half way). The first run
+or two are the JVM's warm-up: compare the later ones, alternating.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path.cwd()))
+
+from services.maintainer.config import MaintainerSettings  # noqa: E402
+from shared.spark import build_spark_session  # noqa: E402
+
+BASE = {
+    "partial-progress.enabled": "true",
+    "partial-progress.max-commits": "10",
+    "partial-progress.max-failed-commits": "0",
+    "remove-dangling-deletes": "true",
+    "delete-ratio-threshold": "0.3",
+    "delete-file-threshold": "1",
+}
+
+
+def child_jvm() -> int:
+    """The pid of this process's child (pyspark's JVM)."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():
+                return int(entry)
+    raise RuntimeError("no JVM child")
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main(table: str, variants: list[str]) -> None:
+    settings = MaintainerSettings()
+    spark = build_spark_session("rewrite-ab", settings.spark, settings.catalog)
+    jvm = child_jvm()
+    if os.environ.get("START"):
+        spark.sql(
+            f"CALL icefjord.system.rollback_to_snapshot('{table}', {int(os.environ['START'])})"
+        ).collect()
+    start = spark.sql(
+        f"SELECT snapshot_id FROM icefjord.{table}.refs WHERE name = 'main'"
+    ).first()[0]
+    files = spark.sql(
+        f"SELECT content, count(*) AS n, sum(record_count) AS rows"
+        f" FROM icefjord.{table}.files GROUP BY content ORDER BY content"
+    ).collect()
+    print(f"{table} at snapshot {start}: " + ", ".join(
+        f"content {r.content}: {r.n} files, {r.rows} rows" for r in files
+    ))
+    for variant in variants:
+        options = dict(BASE)
+        session: dict[str, str] = {}
+        for pair in [] if variant == "base" else variant.split(","):
+            key, value = pair.split("=", 1)
+            (session if key.startswith("spark.") else options)[key] = value
+        for key, value in session.items():
+            spark.conf.set(key, value)
+        rendered = ", ".join(f"'{k}', '{v}'" for k, v in sorted(options.items()))
+        cpu0, wall0 = cpu_s(jvm), time.monotonic()
+        row = spark.sql(
+            f"CALL icefjord.system.rewrite_data_files(table => '{table}',"
+            f" strategy => 'binpack', options => map({rendered}))"
+        ).first()
+        wall, cpu = time.monotonic() - wall0, cpu_s(jvm) - cpu0
+        print(f"{variant}: wall {wall:.2f} s, JVM CPU {cpu:.2f} s, {row.asDict()}", flush=True)
+        for key in session:
+            spark.conf.unset(key)
+        spark.sql(f"CALL icefjord.system.rollback_to_snapshot('{table}', {start})").collect()
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:])
