@@ -561,7 +561,10 @@ class MaintenanceExecutor:
                 conflicts += 1
                 if last:
                     return _Outcome(totals, attempt, conflicts, error_summary(exc))
-                log.info("maintenance commit conflicted, retrying", extra={"attempt": attempt})
+                log.info(
+                    "maintenance commit conflicted, retrying",
+                    extra={"attempt": attempt, "error": error_summary(exc)},
+                )
             else:
                 _add(totals, rows)
                 failed = sum(int(row.get(failed_key) or 0) for row in rows) if failed_key else 0

@@ -249,6 +249,10 @@ def _compaction(health: TableHealth, policy: MaintenancePolicy) -> Candidate | N
         # left as it is, its deletes still applying to it) costs a fraction of that.
         options[EQUALITY_DELETES_OPTION] = "1"
     if health.equality_delete_files:
+        # Only the writer's upsert path writes equality deletes, to unpartitioned tables,
+        # and the executor drops the dangling ones itself. Iceberg's own removal (1.12) fails
+        # when a commit lands while it runs, as the writer's upserts do under the lease.
+        options.pop(DANGLING_DELETES_OPTION, None)
         # A rewrite reads its data files with their deletes applied, and an equality delete
         # file applies to every older data file: without the executor cache (off for
         # rewrites by default, as suits file-scoped deletes) each delete file is read again

@@ -583,6 +583,7 @@ def test_compaction_applies_the_writers_equality_deletes_and_drops_them(
     from services.maintainer.policy import (
         CACHE_DELETES_OPTION,
         COMPACTION_OPTIONS,
+        DANGLING_DELETES_OPTION,
         EQUALITY_DELETES_OPTION,
     )
 
@@ -602,6 +603,7 @@ def test_compaction_applies_the_writers_equality_deletes_and_drops_them(
     kinds = spark.sql(f"SELECT content FROM icefjord.{table}.delete_files").collect()
     assert [r.content for r in kinds] == [2] * 6, "each upsert commit has one equality delete"
     options = {**COMPACTION_OPTIONS, EQUALITY_DELETES_OPTION: "1", CACHE_DELETES_OPTION: "true"}
+    del options[DANGLING_DELETES_OPTION]  # as the policy: the executor drops them
     result = executor.execute(
         request(table, MaintenanceAction.COMPACT_DATA_FILES, **options), MaintenancePolicy()
     )
@@ -624,6 +626,7 @@ def test_upsert_commits_go_in_under_the_lease_and_every_compaction_still_commits
     from services.maintainer.policy import (
         CACHE_DELETES_OPTION,
         COMPACTION_OPTIONS,
+        DANGLING_DELETES_OPTION,
         EQUALITY_DELETES_OPTION,
     )
 
@@ -672,6 +675,7 @@ def test_upsert_commits_go_in_under_the_lease_and_every_compaction_still_commits
         CACHE_DELETES_OPTION: "true",
         "min-input-files": "2",
     }
+    del options[DANGLING_DELETES_OPTION]  # as the policy: the executor drops them
     try:
         # Three rounds at least; more (up to eight) until a commit has gone in under a lease.
         results = compact_while_writing(

@@ -224,7 +224,9 @@ def test_equality_deletes_make_every_file_they_touch_a_compaction_input() -> Non
     assert candidate.policy == "delete-ratio"
     # Iceberg's delete ratio ignores equality deletes; the file threshold does not.
     assert candidate.options["delete-file-threshold"] == "1"
-    assert candidate.options["remove-dangling-deletes"] == "true"
+    # The executor drops the dangling equality deletes itself (Iceberg's removal would
+    # fail on a commit landing meanwhile).
+    assert "remove-dangling-deletes" not in candidate.options
     assert "delete-file-threshold" not in plain[MaintenanceAction.COMPACT_DATA_FILES].options
     # Every data file reads every newer equality delete file: cached once per executor.
     assert candidate.options["cache-delete-files"] == "true"
@@ -241,8 +243,8 @@ def test_small_files_with_equality_deletes_below_the_ratio_rewrite_only_the_smal
     both = actions(health(many, format_version=3))[MaintenanceAction.COMPACT_DATA_FILES]
     assert small.policy == "small-files"
     assert "delete-file-threshold" not in small.options
-    # Their deletes still apply to the base file: the dangling removal stays on.
-    assert small.options["remove-dangling-deletes"] == "true"
+    # Their deletes still apply to the base file; the executor drops only dangling ones.
+    assert "remove-dangling-deletes" not in small.options
     assert both.options["delete-file-threshold"] == "1"
     # The small files are read with the equality deletes applied too.
     assert small.options["cache-delete-files"] == "true"
