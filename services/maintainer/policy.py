@@ -30,6 +30,7 @@ __all__ = [
     "MaintenancePolicy",
     "evaluate",
     "expire_plan",
+    "with_equality_deletes",
 ]
 
 DAY_S = 86_400.0
@@ -182,6 +183,21 @@ def _describe(partitions: list[PartitionHealth], what: str) -> str:
     return f"{len(partitions)} partition(s) {what}: {shown}{more}"
 
 
+def with_equality_deletes(options: Mapping[str, str]) -> dict[str, str]:
+    """Compaction ``options`` for a table with equality deletes.
+
+    Only the writer's upsert path writes them, to unpartitioned tables, and the executor
+    drops the dangling ones itself: Iceberg's own removal (1.12) fails when a commit lands
+    while it runs, as the writer's upserts do under the lease. And a rewrite reads its data
+    files with their deletes applied, while an equality delete file applies to every older
+    data file: without the executor cache (off for rewrites by default, as suits
+    file-scoped deletes) each delete file is read again for each of them.
+    """
+    out = {key: value for key, value in options.items() if key != DANGLING_DELETES_OPTION}
+    out[CACHE_DELETES_OPTION] = "true"
+    return out
+
+
 def _compaction(health: TableHealth, policy: MaintenancePolicy) -> Candidate | None:
     small = [p for p in health.partitions if p.small_files >= policy.compact_min_small_files]
     deleted = [
@@ -249,16 +265,7 @@ def _compaction(health: TableHealth, policy: MaintenancePolicy) -> Candidate | N
         # left as it is, its deletes still applying to it) costs a fraction of that.
         options[EQUALITY_DELETES_OPTION] = "1"
     if health.equality_delete_files:
-        # Only the writer's upsert path writes equality deletes, to unpartitioned tables,
-        # and the executor drops the dangling ones itself. Iceberg's own removal (1.12) fails
-        # when a commit lands while it runs, as the writer's upserts do under the lease.
-        options.pop(DANGLING_DELETES_OPTION, None)
-        # A rewrite reads its data files with their deletes applied, and an equality delete
-        # file applies to every older data file: without the executor cache (off for
-        # rewrites by default, as suits file-scoped deletes) each delete file is read again
-        # for each of them. With 67 data files and 66 delete files the rewrite took 7.0-8.0
-        # CPU s, and 4.0-4.6 with the cache.
-        options[CACHE_DELETES_OPTION] = "true"
+        options = with_equality_deletes(options)
     return Candidate(
         table=health.table,
         action=MaintenanceAction.COMPACT_DATA_FILES,

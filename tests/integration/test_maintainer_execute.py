@@ -581,10 +581,9 @@ def test_compaction_applies_the_writers_equality_deletes_and_drops_them(
     the policy's options for them rewrites every file they touch, and the executor then
     removes the delete files (Iceberg leaves them in an unpartitioned table)."""
     from services.maintainer.policy import (
-        CACHE_DELETES_OPTION,
         COMPACTION_OPTIONS,
-        DANGLING_DELETES_OPTION,
         EQUALITY_DELETES_OPTION,
+        with_equality_deletes,
     )
 
     table = f"{namespace}.upserted"
@@ -602,8 +601,7 @@ def test_compaction_applies_the_writers_equality_deletes_and_drops_them(
     assert contents(spark, table) == model
     kinds = spark.sql(f"SELECT content FROM icefjord.{table}.delete_files").collect()
     assert [r.content for r in kinds] == [2] * 6, "each upsert commit has one equality delete"
-    options = {**COMPACTION_OPTIONS, EQUALITY_DELETES_OPTION: "1", CACHE_DELETES_OPTION: "true"}
-    del options[DANGLING_DELETES_OPTION]  # as the policy: the executor drops them
+    options = with_equality_deletes({**COMPACTION_OPTIONS, EQUALITY_DELETES_OPTION: "1"})
     result = executor.execute(
         request(table, MaintenanceAction.COMPACT_DATA_FILES, **options), MaintenancePolicy()
     )
@@ -624,10 +622,9 @@ def test_upsert_commits_go_in_under_the_lease_and_every_compaction_still_commits
     compaction commits at its first attempt, and the table equals the writer's model."""
     from services.iceberg_writer.tables import DEFAULT_PROPERTIES
     from services.maintainer.policy import (
-        CACHE_DELETES_OPTION,
         COMPACTION_OPTIONS,
-        DANGLING_DELETES_OPTION,
         EQUALITY_DELETES_OPTION,
+        with_equality_deletes,
     )
 
     table = f"{namespace}.upserted_under_lease"
@@ -669,13 +666,9 @@ def test_upsert_commits_go_in_under_the_lease_and_every_compaction_still_commits
 
     thread = threading.Thread(target=writer, name="writer", daemon=True)
     thread.start()
-    options = {
-        **COMPACTION_OPTIONS,
-        EQUALITY_DELETES_OPTION: "1",
-        CACHE_DELETES_OPTION: "true",
-        "min-input-files": "2",
-    }
-    del options[DANGLING_DELETES_OPTION]  # as the policy: the executor drops them
+    options = with_equality_deletes(
+        {**COMPACTION_OPTIONS, EQUALITY_DELETES_OPTION: "1", "min-input-files": "2"}
+    )
     try:
         # Three rounds at least; more (up to eight) until a commit has gone in under a lease.
         results = compact_while_writing(
