@@ -15,7 +15,14 @@ In a session or a tree, a process's time is ``utime + stime + cutime + cstime``:
 children it has reaped count with it, so a Spark Python worker or a PostgreSQL backend that
 exits within a phase is not lost. Processes reaped by nobody in the component drop out.
 
-Pure: :func:`parse_stat`, :func:`parse_machine_stat`, :func:`component_ticks`,
+Of that time, a component also reports the part its JVMs (processes named ``java``) spent in
+HotSpot's JIT compiler threads and in its garbage collector's threads, from the threads'
+own stat files (``/proc/<pid>/task/<tid>/stat``), classified by name
+(:func:`thread_kind`). Soon after a JVM starts, compiling its hot code can cost as much as
+the work itself; these figures tell that warm-up from steady-state cost.
+
+Pure: :func:`parse_stat`, :func:`thread_kind`, :func:`parse_machine_stat`,
+:func:`component_members`, :func:`component_totals`, :func:`component_ticks`,
 :func:`reading_of`, :func:`cpu_use`. The shell (:func:`read_processes`, :func:`read_cpu`)
 reads ``/proc``; :func:`cpu_available` says whether there is one (there is none on macOS).
 """
@@ -25,21 +32,43 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
 PROC = Path("/proc")
 
+JVM_COMM = "java"
+"""The command name of a HotSpot JVM process: only these have their threads read."""
+
 Grouping = Literal["session", "tree", "process"]
 Coverage = Literal["whole", "partial", "stopped", "absent"]
+ThreadKind = Literal["jit", "gc"]
+
+
+@dataclass(frozen=True)
+class JvmThread:
+    """One JIT compiler or garbage collector thread of a JVM: its thread id, what it does
+    (:func:`thread_kind`) and its CPU so far (utime + stime), in its holder's unit: clock
+    ticks in :class:`ProcessTimes`, seconds in :class:`ComponentTimes`.
+
+    Kept per thread because HotSpot stops compiler threads it no longer needs: a sum over
+    the live threads would fall when one exits, and a phase's figure with it. Matched by
+    thread id, a phase counts what each thread did in it, losing only the part of a thread
+    that exited before the phase ended."""
+
+    tid: int
+    kind: ThreadKind
+    time: float
 
 
 @dataclass(frozen=True)
 class ProcessTimes:
     """One line of ``/proc/<pid>/stat``, reduced to what CPU accounting needs, in clock
     ticks (``SC_CLK_TCK``): ``own_ticks`` = utime + stime (all its threads), ``reaped_ticks``
-    = cutime + cstime (its children it has waited for)."""
+    = cutime + cstime (its children it has waited for). ``jvm_threads``: its JIT compiler
+    and garbage collector threads (part of ``own_ticks``); read for JVMs only, none for any
+    other process."""
 
     pid: int
     comm: str
@@ -47,6 +76,7 @@ class ProcessTimes:
     session: int
     own_ticks: int
     reaped_ticks: int
+    jvm_threads: tuple[JvmThread, ...] = ()
 
     @property
     def ticks(self) -> int:
@@ -78,6 +108,18 @@ def parse_stat(line: str) -> ProcessTimes:
     )
 
 
+def thread_kind(comm: str) -> ThreadKind | None:
+    """What a HotSpot thread does, by its name as ``/proc`` gives it (cut to 15 characters
+    by Linux): ``"jit"`` for a C1 or C2 compiler thread (``C2 CompilerThread0``), ``"gc"``
+    for a collector thread (ParallelGC's and G1's workers, ``GC Thread#0``; G1's concurrent
+    marking, refinement and service threads, ``G1 Conc#0``), None for any other."""
+    if comm.startswith(("C1 CompilerThre", "C2 CompilerThre")):
+        return "jit"
+    if comm.startswith(("GC Thread", "G1 ")):
+        return "gc"
+    return None
+
+
 def parse_machine_stat(text: str) -> int:
     """Busy clock ticks of all CPUs since boot from ``/proc/stat`` (its ``cpu`` line: user,
     nice, system, irq, softirq, steal; guest time is already inside user and nice); raises
@@ -99,38 +141,82 @@ class Root:
     grouping: Grouping = "session"
 
 
-def component_ticks(processes: Iterable[ProcessTimes], root: Root) -> int | None:
-    """Clock ticks of ``root``'s component among ``processes``; None when the root itself
-    is not among them (the component is not running)."""
+def component_members(processes: Iterable[ProcessTimes], root: Root) -> list[ProcessTimes] | None:
+    """The processes of ``root``'s component among ``processes`` (see :class:`Root`); None
+    when the root itself is not among them (the component is not running)."""
     by_pid = {p.pid: p for p in processes}
     if root.pid not in by_pid:
         return None
     if root.grouping == "process":
-        return by_pid[root.pid].own_ticks
+        return [by_pid[root.pid]]
     if root.grouping == "session":
-        return sum(p.ticks for p in by_pid.values() if p.session == root.pid)
+        return [p for p in by_pid.values() if p.session == root.pid]
     children: dict[int, list[int]] = {}
     for p in by_pid.values():
         children.setdefault(p.ppid, []).append(p.pid)
-    total, todo, seen = 0, [root.pid], set[int]()
+    members, todo, seen = [], [root.pid], set[int]()
     while todo:
         pid = todo.pop()
         if pid in seen:
             continue
         seen.add(pid)
-        total += by_pid[pid].ticks
+        members.append(by_pid[pid])
         todo.extend(children.get(pid, ()))
-    return total
+    return members
+
+
+@dataclass(frozen=True)
+class ComponentTicks:
+    """A component's clock ticks: ``ticks`` in all, and of them ``jvm_threads`` in its JVMs'
+    compiler and collector threads."""
+
+    ticks: int
+    jvm_threads: tuple[JvmThread, ...] = ()
+
+
+def component_totals(processes: Iterable[ProcessTimes], root: Root) -> ComponentTicks | None:
+    """The clock ticks of ``root``'s component among ``processes``; None when the root
+    itself is not among them (the component is not running).
+
+    ``process`` grouping counts the root's own time only; the others count each member with
+    the children it reaped. JIT and GC ticks are the live members' own threads only: a
+    reaped JVM's threads are gone with it, so its compiler and collector time is inside
+    ``ticks`` but not told apart."""
+    members = component_members(processes, root)
+    if members is None:
+        return None
+    own_only = root.grouping == "process"
+    return ComponentTicks(
+        ticks=sum(p.own_ticks if own_only else p.ticks for p in members),
+        jvm_threads=tuple(t for p in members for t in p.jvm_threads),
+    )
+
+
+def component_ticks(processes: Iterable[ProcessTimes], root: Root) -> int | None:
+    """Clock ticks of ``root``'s component among ``processes`` (:func:`component_totals`'s
+    ``ticks``); None when the root itself is not among them."""
+    totals = component_totals(processes, root)
+    return None if totals is None else totals.ticks
 
 
 @dataclass(frozen=True)
 class ComponentTimes:
     """One component at one instant: its root pid (None: not running) and CPU seconds so
-    far of the processes found from it."""
+    far of the processes found from it; ``jvm_threads``: its JVMs' JIT compiler and garbage
+    collector threads, with their seconds so far."""
 
     name: str
     root: int | None
     seconds: float
+    jvm_threads: tuple[JvmThread, ...] = ()
+
+    @property
+    def jit_seconds(self) -> float:
+        return sum(t.time for t in self.jvm_threads if t.kind == "jit")
+
+    @property
+    def gc_seconds(self) -> float:
+        return sum(t.time for t in self.jvm_threads if t.kind == "gc")
 
 
 @dataclass(frozen=True)
@@ -155,11 +241,21 @@ def reading_of(
     listed = list(processes)
     components = []
     for name, root in roots.items():
-        ticks = None if root is None else component_ticks(listed, root)
-        if root is None or ticks is None:
+        totals = None if root is None else component_totals(listed, root)
+        if root is None or totals is None:
             components.append(ComponentTimes(name, None, 0.0))
         else:
-            components.append(ComponentTimes(name, root.pid, ticks / ticks_per_second))
+            components.append(
+                ComponentTimes(
+                    name,
+                    root.pid,
+                    totals.ticks / ticks_per_second,
+                    tuple(
+                        JvmThread(t.tid, t.kind, t.time / ticks_per_second)
+                        for t in totals.jvm_threads
+                    ),
+                )
+            )
     machine = None if machine_ticks is None else machine_ticks / ticks_per_second
     return CpuReading(at, tuple(components), machine)
 
@@ -169,11 +265,15 @@ class ComponentUse:
     """One component's CPU seconds in a phase. ``coverage``: *whole* (the same root at both
     ends), *partial* (a new root at the end, e.g. a restarted service, counted from its
     start: a lower bound), *stopped* (running at the start, not at the end: unknown,
-    ``seconds`` None), *absent* (running at neither end, ``seconds`` None)."""
+    ``seconds`` None), *absent* (running at neither end, ``seconds`` None). ``jit_seconds``
+    and ``gc_seconds``: the part of ``seconds`` in its JVMs' JIT compiler and garbage
+    collector threads, by the same rules."""
 
     name: str
     seconds: float | None
     coverage: Coverage
+    jit_seconds: float | None = None
+    gc_seconds: float | None = None
 
     @property
     def lower_bound(self) -> bool:
@@ -210,10 +310,21 @@ def _use(name: str, start: ComponentTimes | None, end: ComponentTimes) -> Compon
     if end.root is None:
         return ComponentUse(name, None, "absent" if was is None else "stopped")
     if start is None or was != end.root:
-        return ComponentUse(name, end.seconds, "partial")
+        return ComponentUse(name, end.seconds, "partial", end.jit_seconds, end.gc_seconds)
     step = end.seconds - start.seconds
     # Lower: a process died without a reaper in the component and took its time along.
-    return ComponentUse(name, max(0.0, step), "whole" if step >= 0 else "partial")
+    before = {t.tid: t.time for t in start.jvm_threads}
+
+    def grown(kind: ThreadKind) -> float:
+        # Each thread at the end since the start (a new one: since it started); a thread
+        # that exited in the phase took its part along.
+        return sum(
+            max(0.0, t.time - before.get(t.tid, 0.0)) for t in end.jvm_threads if t.kind == kind
+        )
+
+    return ComponentUse(
+        name, max(0.0, step), "whole" if step >= 0 else "partial", grown("jit"), grown("gc")
+    )
 
 
 def cpu_use(start: CpuReading, end: CpuReading, cores: int) -> CpuUse:
@@ -240,16 +351,38 @@ def cpu_available(proc: Path = PROC) -> bool:
 
 
 def read_processes(proc: Path = PROC) -> list[ProcessTimes]:
-    """Every process in ``proc`` now; those that exit while it is read drop out."""
+    """Every process in ``proc`` now, a JVM's with its JIT and GC ticks (see
+    :func:`_jvm_threads`); those that exit while it is read drop out."""
     out = []
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            out.append(parse_stat((entry / "stat").read_text()))
+            process = parse_stat((entry / "stat").read_text())
+            # Threads of JVMs only: reading every thread of every process would cost far
+            # more than the accounting is worth.
+            if process.comm == JVM_COMM:
+                process = replace(process, jvm_threads=_jvm_threads(entry / "task"))
         except (OSError, ValueError):
             continue
+        out.append(process)
     return out
+
+
+def _jvm_threads(tasks: Path) -> tuple[JvmThread, ...]:
+    """The JIT compiler and garbage collector threads in ``tasks`` (a process's
+    ``/proc/<pid>/task``) with their ticks (utime + stime); threads that exit while it is
+    read drop out. Raises OSError when ``tasks`` cannot be listed (the process exited)."""
+    threads = []
+    for task in tasks.iterdir():
+        try:
+            thread = parse_stat((task / "stat").read_text())
+        except (OSError, ValueError):
+            continue
+        kind = thread_kind(thread.comm)
+        if kind is not None:
+            threads.append(JvmThread(thread.pid, kind, thread.own_ticks))
+    return tuple(threads)
 
 
 def pid_in_file(path: Path) -> int | None:

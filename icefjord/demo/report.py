@@ -1,9 +1,9 @@
 """The end-to-end benchmark's report: ``report.md``, ``bench.png`` and ``series.csv``.
 
-:func:`render_markdown`, :func:`cpu_rows` and :func:`series_csv` are pure; :func:`plot` draws
-freshness and throughput over time with the phase boundaries, and data files, with
-matplotlib (Agg); :func:`write_report` writes all three, and still writes ``report.md``
-(saying how to install the chart dependency) when matplotlib is missing.
+:func:`render_markdown`, :func:`cpu_rows`, :func:`jvm_rows` and :func:`series_csv` are pure;
+:func:`plot` draws freshness and throughput over time with the phase boundaries, and data
+files, with matplotlib (Agg); :func:`write_report` writes all three, and still writes
+``report.md`` (saying how to install the chart dependency) when matplotlib is missing.
 """
 
 from __future__ import annotations
@@ -168,6 +168,58 @@ def cpu_rows(phases: Sequence[PhaseResult]) -> tuple[list[str], list[list[str]]]
     return ["component", *(name for name, _ in measured)], rows
 
 
+def _jvm_cell(use: ComponentUse | None) -> str:
+    if use is None or use.jit_seconds is None or use.gc_seconds is None:
+        return "-"
+    prefix = ">= " if use.lower_bound else ""
+    return f"{prefix}JIT {use.jit_seconds:.1f}, GC {use.gc_seconds:.1f}"
+
+
+def jvm_rows(phases: Sequence[PhaseResult]) -> tuple[list[str], list[list[str]]]:
+    """The JVM table of the phases with CPU figures: header (component, one column per
+    phase) and one row per component whose JIT compiler or garbage collector threads used
+    CPU in any of them (none: no rows). A cell is ``JIT s, GC s`` (``>=``: a lower bound, as
+    in :func:`cpu_rows`); ``-``: unknown."""
+    measured = [(p.name, p.cpu) for p in phases if p.cpu is not None]
+    names: list[str] = []
+    for _, cpu in measured:
+        names += [
+            c.name
+            for c in cpu.components
+            if (c.jit_seconds or c.gc_seconds) and c.name not in names
+        ]
+
+    def use(cpu: CpuUse, name: str) -> ComponentUse | None:
+        return next((c for c in cpu.components if c.name == name), None)
+
+    rows = [[name, *(_jvm_cell(use(cpu, name)) for _, cpu in measured)] for name in names]
+    return ["component", *(name for name, _ in measured)], rows
+
+
+def _jvm_section(phases: Sequence[PhaseResult]) -> list[str]:
+    header, rows = jvm_rows(phases)
+    if not rows:
+        return []
+    return [
+        "### Of which JVM JIT compilers and garbage collectors",
+        "",
+        "CPU seconds of the components' JVMs' JIT compiler threads and garbage collector "
+        "threads in each phase.",
+        "",
+        *_table(header, rows),
+        "",
+        "- *JIT*: HotSpot's C1 and C2 compiler threads, turning hot Java code into machine "
+        "code; *GC*: the garbage collector's worker threads (and G1's concurrent ones). "
+        "Compiling is mostly warm-up: a JVM compiles its hot code in its first minutes, so a "
+        "phase soon after the stack started pays more than a later one. These seconds are "
+        "inside the component's figure above, not in addition. Each thread counts what it "
+        "did in the phase; a thread that exited before the phase ended (HotSpot stops "
+        "compiler threads it no longer needs) took its part along, so a figure can be low. "
+        "`>=`: as above; `-`: not running or stopped.",
+        "",
+    ]
+
+
 def _cpu_section(phases: Sequence[PhaseResult]) -> list[str]:
     lines = ["## CPU seconds by component", ""]
     if not any(p.cpu is not None for p in phases):
@@ -197,6 +249,7 @@ def _cpu_section(phases: Sequence[PhaseResult]) -> list[str]:
         "- *whole machine*: busy CPU of every process on the machine (`/proc/stat`), this "
         "benchmark's and any other's; well above *all listed* means something else took CPU.",
         "",
+        *_jvm_section(phases),
     ]
 
 

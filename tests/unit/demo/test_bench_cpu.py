@@ -12,11 +12,16 @@ import pytest
 
 from icefjord.demo.bench import BENCH_CLIENT, cpu_roots
 from icefjord.demo.cpu import (
+    ComponentTicks,
     ComponentTimes,
+    ComponentUse,
     CpuReading,
+    JvmThread,
     ProcessTimes,
     Root,
+    component_members,
     component_ticks,
+    component_totals,
     cpu_available,
     cpu_use,
     parse_machine_stat,
@@ -25,6 +30,7 @@ from icefjord.demo.cpu import (
     read_cpu,
     read_processes,
     reading_of,
+    thread_kind,
 )
 from icefjord.local.services import NORMALIZER, WRITER, ServiceProcess
 from icefjord.local.settings import LocalSettings
@@ -63,6 +69,28 @@ def test_parse_stat_takes_the_fields_after_the_last_parenthesis() -> None:
 def test_parse_stat_rejects_what_is_not_a_stat_line(line: str) -> None:
     with pytest.raises(ValueError):
         parse_stat(line)
+
+
+@pytest.mark.parametrize(
+    ("comm", "kind"),
+    [
+        ("C2 CompilerThre", "jit"),
+        ("C1 CompilerThre", "jit"),
+        ("GC Thread#0", "gc"),
+        ("GC Thread#12", "gc"),
+        ("G1 Conc#0", "gc"),
+        ("G1 Refine#0", "gc"),
+        ("G1 Main Marker", "gc"),
+        ("G1 Service", "gc"),
+        ("VM Thread", None),
+        ("java", None),
+        ("kafka-producer-", None),
+        ("C2 Compiler", None),  # not cut where Linux cuts: not HotSpot's name
+        ("G1Young", None),
+    ],
+)
+def test_thread_kind_by_hotspot_thread_names(comm: str, kind: str | None) -> None:
+    assert thread_kind(comm) == kind
 
 
 @needs_proc
@@ -113,6 +141,58 @@ def test_a_process_counts_its_own_time_only() -> None:
 def test_a_root_not_running_has_no_ticks() -> None:
     assert component_ticks(PROCESSES, Root(999, "session")) is None
     assert component_ticks(PROCESSES, Root(999, "tree")) is None
+    assert component_members(PROCESSES, Root(999, "process")) is None
+    assert component_totals(PROCESSES, Root(999, "tree")) is None
+
+
+def jvm(pid: int, ppid: int, session: int, own: int, jit: int, gc: int) -> ProcessTimes:
+    """A JVM with one compiler thread (tid pid + 1) and one collector thread (pid + 2)."""
+    threads = (JvmThread(pid + 1, "jit", jit), JvmThread(pid + 2, "gc", gc))
+    return ProcessTimes(pid, "java", ppid, session, own, 0, jvm_threads=threads)
+
+
+def ticks(total: int, *jvms: tuple[int, int, int]) -> ComponentTicks:
+    """``total`` ticks with the threads of :func:`jvm` JVMs given as (pid, jit, gc)."""
+    return ComponentTicks(
+        total,
+        tuple(
+            t
+            for pid, jit, gc in jvms
+            for t in (JvmThread(pid + 1, "jit", jit), JvmThread(pid + 2, "gc", gc))
+        ),
+    )
+
+
+# The same shape with JVMs: a service's Spark JVM (110) in session 100, a JVM (210) in the
+# tree of 300 in a session of its own, and a JVM leading session 200 (the broker).
+JVM_PROCESSES = [
+    proc(100, 1, 100, own=50, reaped=5),
+    jvm(110, 100, 100, own=400, jit=120, gc=30),
+    proc(111, 110, 100, own=1),
+    jvm(200, 1, 200, own=1000, jit=300, gc=40),
+    proc(300, 1, 300, own=10, reaped=30),
+    jvm(310, 300, 310, own=70, jit=20, gc=5),
+    proc(311, 310, 310, own=2),
+]
+
+
+def test_components_sum_jit_and_gc_ticks_of_their_members() -> None:
+    session = component_members(JVM_PROCESSES, Root(100, "session"))
+    assert session is not None and sorted(p.pid for p in session) == [100, 110, 111]
+    assert component_totals(JVM_PROCESSES, Root(100, "session")) == ticks(
+        55 + 400 + 1, (110, 120, 30)
+    )
+    assert component_totals(JVM_PROCESSES, Root(200, "session")) == ticks(1000, (200, 300, 40))
+    tree = component_members(JVM_PROCESSES, Root(300, "tree"))
+    assert tree is not None and sorted(p.pid for p in tree) == [300, 310, 311]
+    assert component_totals(JVM_PROCESSES, Root(300, "tree")) == ticks(40 + 70 + 2, (310, 20, 5))
+    # The JVM's session is its own, so the postmaster's session holds none of its threads.
+    assert component_totals(JVM_PROCESSES, Root(300, "session")) == ticks(40)
+
+
+def test_a_process_counts_its_own_jit_and_gc_ticks_only() -> None:
+    assert component_totals(JVM_PROCESSES, Root(110, "process")) == ticks(400, (110, 120, 30))
+    assert component_totals(JVM_PROCESSES, Root(100, "process")) == ticks(50)
 
 
 def test_reading_converts_ticks_and_marks_components_not_running() -> None:
@@ -130,6 +210,22 @@ def test_reading_converts_ticks_and_marks_components_not_running() -> None:
         ComponentTimes("gone", None, 0.0),
         ComponentTimes("no pid", None, 0.0),
     )
+
+
+def test_reading_converts_jit_and_gc_ticks_to_seconds() -> None:
+    roots = {"writer": Root(100), "broker": Root(200), "gone": Root(999)}
+    reading = reading_of(5.0, roots, JVM_PROCESSES, 100.0)
+    assert reading.components == (
+        ComponentTimes("writer", 100, 4.56, threads(110, jit=1.2, gc=0.3)),
+        ComponentTimes("broker", 200, 10.0, threads(200, jit=3.0, gc=0.4)),
+        ComponentTimes("gone", None, 0.0),
+    )
+    assert (reading.components[0].jit_seconds, reading.components[0].gc_seconds) == (1.2, 0.3)
+
+
+def threads(pid: int, *, jit: float, gc: float) -> tuple[JvmThread, ...]:
+    """The two threads of a :func:`jvm`, in seconds."""
+    return (JvmThread(pid + 1, "jit", jit), JvmThread(pid + 2, "gc", gc))
 
 
 def test_cpu_use_differences_and_coverage() -> None:
@@ -175,6 +271,47 @@ def test_cpu_use_differences_and_coverage() -> None:
     assert use.machine_seconds == 100.0
 
 
+def test_cpu_use_jit_and_gc_differences_and_coverage() -> None:
+    c2 = [JvmThread(11, "jit", 10.0), JvmThread(12, "jit", 5.0), JvmThread(13, "gc", 2.0)]
+    start = CpuReading(
+        10.0,
+        (
+            ComponentTimes("broker", 100, 40.0, tuple(c2)),
+            ComponentTimes("connect", 200, 30.0, threads(200, jit=9.0, gc=1.0)),
+            ComponentTimes("killed", 300, 8.0, threads(300, jit=1.0, gc=1.0)),
+        ),
+        machine_seconds=None,
+    )
+    end = CpuReading(
+        70.0,
+        (
+            # Thread 11 compiled 1.5 s more; thread 12 (with its 5 s) exited; thread 14 is
+            # new and compiled 3 s; the collector 1.5 s more.
+            ComponentTimes(
+                "broker",
+                100,
+                60.0,
+                (
+                    JvmThread(11, "jit", 11.5),
+                    JvmThread(13, "gc", 3.5),
+                    JvmThread(14, "jit", 3.0),
+                ),
+            ),
+            ComponentTimes("connect", 201, 12.0, threads(201, jit=7.0, gc=0.5)),
+            ComponentTimes("killed", None, 0.0),
+            ComponentTimes("absent", None, 0.0),
+        ),
+        machine_seconds=None,
+    )
+    by_name = {c.name: c for c in cpu_use(start, end, cores=2).components}
+    # Per thread: the exited thread's 5 s do not make the phase's figure fall.
+    assert by_name["broker"] == ComponentUse("broker", 20.0, "whole", 1.5 + 3.0, 1.5)
+    # A new JVM: counted from its start, like its seconds.
+    assert by_name["connect"] == ComponentUse("connect", 12.0, "partial", 7.0, 0.5)
+    assert by_name["killed"] == ComponentUse("killed", None, "stopped", None, None)
+    assert by_name["absent"] == ComponentUse("absent", None, "absent", None, None)
+
+
 def test_read_processes_skips_what_is_not_a_process(tmp_path: Path) -> None:
     (tmp_path / "4242").mkdir()
     (tmp_path / "4242" / "stat").write_text(STAT_LINE)
@@ -184,6 +321,59 @@ def test_read_processes_skips_what_is_not_a_process(tmp_path: Path) -> None:
     (tmp_path / "self").mkdir()
     (tmp_path / "self" / "stat").write_text(STAT_LINE.replace("4242 (", "1 ("))
     assert [p.pid for p in read_processes(tmp_path)] == [4242]
+
+
+def _stat_line(pid: int, comm: str, utime: int, stime: int) -> str:
+    return STAT_LINE.replace("4242 (tmux: (x) ) client)", f"{pid} ({comm})").replace(
+        " 4100 4242 4242 34816 4242 4194304 1234 0 0 0 150 42 7 3 ",
+        f" 1 {pid} {pid} 34816 {pid} 4194304 1234 0 0 0 {utime} {stime} 0 0 ",
+    )
+
+
+def _process(proc_dir: Path, pid: int, comm: str, threads: dict[int, tuple[str, int]]) -> None:
+    """A process ``pid`` in a fake ``/proc``, with ``threads``: tid -> (comm, utime)."""
+    (proc_dir / str(pid)).mkdir()
+    total = sum(utime for _, utime in threads.values())
+    (proc_dir / str(pid) / "stat").write_text(_stat_line(pid, comm, total, 0))
+    for tid, (thread_comm, utime) in threads.items():
+        task = proc_dir / str(pid) / "task" / str(tid)
+        task.mkdir(parents=True)
+        (task / "stat").write_text(_stat_line(tid, thread_comm, utime - 1, 1))
+
+
+def test_read_processes_reads_the_threads_of_jvms_only(tmp_path: Path) -> None:
+    _process(
+        tmp_path,
+        500,
+        "java",
+        {
+            500: ("java", 30),
+            501: ("C2 CompilerThre", 1160),
+            502: ("C1 CompilerThre", 40),
+            503: ("GC Thread#0", 90),
+            504: ("G1 Conc#0", 30),
+            505: ("kafka-request-h", 950),
+        },
+    )
+    (tmp_path / "500" / "task" / "506").mkdir()  # a thread that exited while read
+    (tmp_path / "500" / "task" / "507").mkdir()
+    (tmp_path / "500" / "task" / "507" / "stat").write_text("garbage")
+    # Not a JVM (whatever its threads are called): its tasks are not read.
+    _process(tmp_path, 600, "python3", {600: ("python3", 5), 601: ("C2 CompilerThre", 700)})
+    # A JVM whose threads are gone (it exited while read): it drops out.
+    (tmp_path / "700").mkdir()
+    (tmp_path / "700" / "stat").write_text(_stat_line(700, "java", 10, 0))
+    by_pid = {p.pid: p for p in read_processes(tmp_path)}
+    assert sorted(by_pid) == [500, 600]
+    java, python = by_pid[500], by_pid[600]
+    assert java.own_ticks == 2300
+    assert sorted(java.jvm_threads, key=lambda t: t.tid) == [
+        JvmThread(501, "jit", 1160),
+        JvmThread(502, "jit", 40),
+        JvmThread(503, "gc", 90),
+        JvmThread(504, "gc", 30),
+    ]
+    assert (python.own_ticks, python.jvm_threads) == (705, ())
 
 
 def test_read_cpu_without_proc_is_none(tmp_path: Path) -> None:

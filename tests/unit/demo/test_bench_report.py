@@ -17,6 +17,7 @@ from icefjord.demo.report import (
     Machine,
     TableCheck,
     cpu_rows,
+    jvm_rows,
     render_markdown,
     series_csv,
     write_report,
@@ -224,3 +225,79 @@ def test_markdown_without_cpu_figures_says_unavailable() -> None:
     cpu = text.split("## CPU seconds by component")[1].split("## Files")[0]
     assert "CPU accounting is unavailable" in cpu
     assert "| component |" not in cpu
+
+
+JVM_TITLE = "### Of which JVM JIT compilers and garbage collectors"
+
+
+def _report_with_jvm_cpu() -> BenchReport:
+    """The CPU report, with JVM figures for the broker (its JIT falling as it warms up) and
+    the writer (restarted, then stopped); PostgreSQL has none (no JVM)."""
+    report = _report()
+    cpus = (
+        CpuUse(
+            10.0,
+            2,
+            (
+                ComponentUse("PostgreSQL", 2.0, "whole", 0.0, 0.0),
+                ComponentUse("Kafka broker", 6.0, "whole", 4.0, 0.25),
+                ComponentUse("writer service + Spark JVM", 9.0, "whole", 3.0, 1.0),
+            ),
+            machine_seconds=19.0,
+        ),
+        CpuUse(
+            60.0,
+            2,
+            (
+                ComponentUse("PostgreSQL", 15.0, "whole", 0.0, 0.0),
+                ComponentUse("Kafka broker", 21.0, "whole", 11.6, 1.2),
+                ComponentUse("writer service + Spark JVM", 30.0, "partial", 8.0, 2.5),
+            ),
+            machine_seconds=114.0,
+        ),
+        CpuUse(
+            60.0,
+            2,
+            (
+                ComponentUse("PostgreSQL", 40.0, "whole", 0.0, 0.0),
+                ComponentUse("Kafka broker", 12.0, "whole", 1.0, 0.75),
+                ComponentUse("writer service + Spark JVM", None, "stopped"),
+                ComponentUse("maintainer service + Spark JVM", None, "absent"),
+            ),
+            machine_seconds=114.0,
+        ),
+    )
+    phases = tuple(dataclasses.replace(p, cpu=c) for p, c in zip(report.phases, cpus, strict=True))
+    return dataclasses.replace(report, phases=phases)
+
+
+def test_jvm_rows_only_components_with_jit_or_gc_seconds() -> None:
+    header, rows = jvm_rows(_report_with_jvm_cpu().phases)
+    assert header == ["component", "snapshot", "1,000/s", "max"]
+    assert rows == [
+        ["Kafka broker", "JIT 4.0, GC 0.2", "JIT 11.6, GC 1.2", "JIT 1.0, GC 0.8"],
+        ["writer service + Spark JVM", "JIT 3.0, GC 1.0", ">= JIT 8.0, GC 2.5", "-"],
+    ]
+
+
+def test_jvm_rows_none_without_jvm_figures() -> None:
+    # ComponentUse's defaults: no JVM figures (as from a reading without JVMs).
+    assert jvm_rows(_report_with_cpu().phases)[1] == []
+    assert jvm_rows(_report().phases) == (["component"], [])
+
+
+def test_markdown_has_the_jvm_table_after_the_cpu_table() -> None:
+    text = render_markdown(_report_with_jvm_cpu(), "bench.png", None)
+    cpu = text.split("## CPU seconds by component")[1].split("## Files")[0]
+    main, jvm = cpu.split(JVM_TITLE)
+    assert "| PostgreSQL | 2.0 (10%) | 15.0 (12%) | 40.0 (33%) |" in main
+    assert "| Kafka broker | JIT 4.0, GC 0.2 | JIT 11.6, GC 1.2 | JIT 1.0, GC 0.8 |" in jvm
+    assert "PostgreSQL" not in jvm
+    assert "warm-up" in jvm and "not in addition" in jvm
+
+
+def test_markdown_without_jvm_figures_has_no_jvm_table() -> None:
+    text = render_markdown(_report_with_cpu(), "bench.png", None)
+    assert "| component | snapshot | 1,000/s | max |" in text
+    assert JVM_TITLE not in text and "JIT" not in text
+    assert JVM_TITLE not in render_markdown(_report(), "bench.png", None)
