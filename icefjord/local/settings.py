@@ -52,7 +52,7 @@ class LocalSettings(BaseSettings):
     # Debezium's queue holds up to 32,768 records under load (connect.py), and they outlive
     # young collections. With 512m the old generation filled within minutes: ten full
     # collections in the first 12 minutes of two benchmarks, and Kafka Connect's collector
-    # threads used 4.8 CPU s in a 10,000/s phase that took 2.1 s with 1g.
+    # threads used 5.1 CPU s in a 10,000/s phase that took 2.1 s with 1g.
     connect_heap: str = "1g"
     debezium_version: str = "3.2.3.Final"
     normalizer_port: int = 9401
