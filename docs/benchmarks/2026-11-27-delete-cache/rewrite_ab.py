@@ -9,8 +9,10 @@ stopped (nothing else may commit to the table):
 Each variant is ``base`` (the maintainer's options for a delete-ratio compaction of a table
 with equality deletes, as of 82fa45b without ``cache-delete-files``) or comma-separated
 ``key=value`` changes to them (``spark.*`` keys go to the session). Each runs
-``rewrite_data_files`` and prints its wall seconds and the Spark JVM's CPU seconds (from
-``/proc``), then rolls the table back to the snapshot it started from. ``START=<snapshot
+``rewrite_data_files`` and prints its wall seconds, the Spark JVM's CPU seconds (from
+``/proc``) and, of them, its JIT compiler threads' (``JIT``, added for HISTORY's
+"2026-11-27, afternoon"; threads matched by id as in the benchmark's report), then rolls
+the table back to the snapshot it started from. ``START=<snapshot
 id>`` rolls back to that snapshot first (after a run that stopped half way). The first run
 or two are the JVM's warm-up: compare the later ones, alternating.
 """
@@ -24,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path.cwd()))
 
+from icefjord.demo.cpu import read_processes  # noqa: E402
 from services.maintainer.config import MaintainerSettings  # noqa: E402
 from shared.spark import build_spark_session  # noqa: E402
 
@@ -55,6 +58,21 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def jit_ticks(pid: int) -> dict[int, float]:
+    """The JVM's JIT compiler threads: clock ticks so far by thread id."""
+    for process in read_processes():
+        if process.pid == pid:
+            return {t.tid: t.time for t in process.jvm_threads if t.kind == "jit"}
+    return {}
+
+
+def jit_s(before: dict[int, float], after: dict[int, float]) -> float:
+    """What the compiler threads alive at the end did since ``before`` (HotSpot stops idle
+    compiler threads; one that exited in between took its part along)."""
+    grown = sum(max(0.0, ticks - before.get(tid, 0.0)) for tid, ticks in after.items())
+    return grown / os.sysconf("SC_CLK_TCK")
+
+
 def main(table: str, variants: list[str]) -> None:
     settings = MaintainerSettings()
     spark = build_spark_session("rewrite-ab", settings.spark, settings.catalog)
@@ -82,13 +100,17 @@ def main(table: str, variants: list[str]) -> None:
         for key, value in session.items():
             spark.conf.set(key, value)
         rendered = ", ".join(f"'{k}', '{v}'" for k, v in sorted(options.items()))
-        cpu0, wall0 = cpu_s(jvm), time.monotonic()
+        cpu0, wall0, jit0 = cpu_s(jvm), time.monotonic(), jit_ticks(jvm)
         row = spark.sql(
             f"CALL icefjord.system.rewrite_data_files(table => '{table}',"
             f" strategy => 'binpack', options => map({rendered}))"
         ).first()
         wall, cpu = time.monotonic() - wall0, cpu_s(jvm) - cpu0
-        print(f"{variant}: wall {wall:.2f} s, JVM CPU {cpu:.2f} s, {row.asDict()}", flush=True)
+        jit = jit_s(jit0, jit_ticks(jvm))
+        print(
+            f"{variant}: wall {wall:.2f} s, JVM CPU {cpu:.2f} s, JIT {jit:.2f} s, {row.asDict()}",
+            flush=True,
+        )
         for key in session:
             spark.conf.unset(key)
         spark.sql(f"CALL icefjord.system.rollback_to_snapshot('{table}', {start})").collect()
