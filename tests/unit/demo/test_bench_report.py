@@ -234,37 +234,30 @@ def _report_with_jvm_cpu() -> BenchReport:
     """The CPU report, with JVM figures for the broker (its JIT falling as it warms up) and
     the writer (restarted, then stopped); PostgreSQL has none (no JVM)."""
     report = _report()
+
+    def cpu(wall: float, *uses: ComponentUse) -> CpuUse:
+        return CpuUse(wall, 2, uses, machine_seconds=1.9 * wall)
+
+    broker, writer = "Kafka broker", "writer service + Spark JVM"
     cpus = (
-        CpuUse(
+        cpu(
             10.0,
-            2,
-            (
-                ComponentUse("PostgreSQL", 2.0, "whole", 0.0, 0.0),
-                ComponentUse("Kafka broker", 6.0, "whole", 4.0, 0.25),
-                ComponentUse("writer service + Spark JVM", 9.0, "whole", 3.0, 1.0),
-            ),
-            machine_seconds=19.0,
+            ComponentUse("PostgreSQL", 2.0, "whole", 0.0, 0.0),
+            ComponentUse(broker, 6.0, "whole", 4.0, 0.25),
+            ComponentUse(writer, 9.0, "whole", 3.0, 1.0),
         ),
-        CpuUse(
+        cpu(
             60.0,
-            2,
-            (
-                ComponentUse("PostgreSQL", 15.0, "whole", 0.0, 0.0),
-                ComponentUse("Kafka broker", 21.0, "whole", 11.6, 1.2),
-                ComponentUse("writer service + Spark JVM", 30.0, "partial", 8.0, 2.5),
-            ),
-            machine_seconds=114.0,
+            ComponentUse("PostgreSQL", 15.0, "whole", 0.0, 0.0),
+            ComponentUse(broker, 21.0, "whole", 11.6, 1.2),
+            ComponentUse(writer, 30.0, "partial", 8.0, 2.5),
         ),
-        CpuUse(
+        cpu(
             60.0,
-            2,
-            (
-                ComponentUse("PostgreSQL", 40.0, "whole", 0.0, 0.0),
-                ComponentUse("Kafka broker", 12.0, "whole", 1.0, 0.75),
-                ComponentUse("writer service + Spark JVM", None, "stopped"),
-                ComponentUse("maintainer service + Spark JVM", None, "absent"),
-            ),
-            machine_seconds=114.0,
+            ComponentUse("PostgreSQL", 40.0, "whole", 0.0, 0.0),
+            ComponentUse(broker, 12.0, "whole", 1.0, 0.75),
+            ComponentUse(writer, None, "stopped"),
+            ComponentUse("maintainer service + Spark JVM", None, "absent"),
         ),
     )
     phases = tuple(dataclasses.replace(p, cpu=c) for p, c in zip(report.phases, cpus, strict=True))
