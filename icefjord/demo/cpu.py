@@ -312,7 +312,6 @@ def _use(name: str, start: ComponentTimes | None, end: ComponentTimes) -> Compon
     if start is None or was != end.root:
         return ComponentUse(name, end.seconds, "partial", end.jit_seconds, end.gc_seconds)
     step = end.seconds - start.seconds
-    # Lower: a process died without a reaper in the component and took its time along.
     before = {t.tid: t.time for t in start.jvm_threads}
 
     def grown(kind: ThreadKind) -> float:
@@ -322,6 +321,7 @@ def _use(name: str, start: ComponentTimes | None, end: ComponentTimes) -> Compon
             max(0.0, t.time - before.get(t.tid, 0.0)) for t in end.jvm_threads if t.kind == kind
         )
 
+    # Lower: a process died without a reaper in the component and took its time along.
     return ComponentUse(
         name, max(0.0, step), "whole" if step >= 0 else "partial", grown("jit"), grown("gc")
     )
