@@ -22,7 +22,7 @@ own stat files (``/proc/<pid>/task/<tid>/stat``), classified by name
 the work itself; these figures tell that warm-up from steady-state cost.
 
 Pure: :func:`parse_stat`, :func:`thread_kind`, :func:`parse_machine_stat`,
-:func:`component_members`, :func:`component_totals`, :func:`component_ticks`,
+:func:`component_members`, :func:`component_totals`,
 :func:`reading_of`, :func:`cpu_use`. The shell (:func:`read_processes`, :func:`read_cpu`)
 reads ``/proc``; :func:`cpu_available` says whether there is one (there is none on macOS).
 """
@@ -190,13 +190,6 @@ def component_totals(processes: Iterable[ProcessTimes], root: Root) -> Component
         ticks=sum(p.own_ticks if own_only else p.ticks for p in members),
         jvm_threads=tuple(t for p in members for t in p.jvm_threads),
     )
-
-
-def component_ticks(processes: Iterable[ProcessTimes], root: Root) -> int | None:
-    """Clock ticks of ``root``'s component among ``processes`` (:func:`component_totals`'s
-    ``ticks``); None when the root itself is not among them."""
-    totals = component_totals(processes, root)
-    return None if totals is None else totals.ticks
 
 
 @dataclass(frozen=True)

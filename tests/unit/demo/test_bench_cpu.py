@@ -20,7 +20,6 @@ from icefjord.demo.cpu import (
     ProcessTimes,
     Root,
     component_members,
-    component_ticks,
     component_totals,
     cpu_available,
     cpu_use,
@@ -122,25 +121,31 @@ PROCESSES = [
 ]
 
 
+def ticks_of(processes: list[ProcessTimes], root: Root) -> int | None:
+    """A component's ticks in all (:func:`component_totals`), None when it is not running."""
+    totals = component_totals(processes, root)
+    return None if totals is None else totals.ticks
+
+
 def test_a_session_counts_its_members_with_what_they_reaped() -> None:
-    assert component_ticks(PROCESSES, Root(100, "session")) == 55 + 420 + 1
-    assert component_ticks(PROCESSES, Root(200, "session")) == 1000
+    assert ticks_of(PROCESSES, Root(100, "session")) == 55 + 420 + 1
+    assert ticks_of(PROCESSES, Root(200, "session")) == 1000
     # The postmaster's session holds the postmaster only: why PostgreSQL needs a tree.
-    assert component_ticks(PROCESSES, Root(300, "session")) == 40
+    assert ticks_of(PROCESSES, Root(300, "session")) == 40
 
 
 def test_a_tree_counts_every_descendant_whatever_its_session() -> None:
-    assert component_ticks(PROCESSES, Root(300, "tree")) == 40 + 70 + 80 + 5
-    assert component_ticks(PROCESSES, Root(110, "tree")) == 421
+    assert ticks_of(PROCESSES, Root(300, "tree")) == 40 + 70 + 80 + 5
+    assert ticks_of(PROCESSES, Root(110, "tree")) == 421
 
 
 def test_a_process_counts_its_own_time_only() -> None:
-    assert component_ticks(PROCESSES, Root(100, "process")) == 50
+    assert ticks_of(PROCESSES, Root(100, "process")) == 50
 
 
 def test_a_root_not_running_has_no_ticks() -> None:
-    assert component_ticks(PROCESSES, Root(999, "session")) is None
-    assert component_ticks(PROCESSES, Root(999, "tree")) is None
+    assert ticks_of(PROCESSES, Root(999, "session")) is None
+    assert ticks_of(PROCESSES, Root(999, "tree")) is None
     assert component_members(PROCESSES, Root(999, "process")) is None
     assert component_totals(PROCESSES, Root(999, "tree")) is None
 
