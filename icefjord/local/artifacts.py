@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,10 @@ from icefjord.local.settings import LocalSettings
 
 POM = Path(__file__).resolve().parents[2] / "deploy" / "local" / "pom.xml"
 CONVERTER_MODULE = Path(__file__).resolve().parents[2] / "deploy" / "connect-json"
+LOCALFS_MODULE = Path(__file__).resolve().parents[2] / "deploy" / "spark-localfs"
+LOCALFS_CLASS = "io.icefjord.hadoop.NioLocalFileSystem"
+"""Hadoop's ``file://`` file system with permissions set in the JVM, not by a ``chmod``
+process per file (``deploy/spark-localfs``)."""
 
 
 class ArtifactError(RuntimeError):
@@ -30,14 +35,20 @@ class Dist:
     kafka_lib: Path
     apicurio_jar: Path
     spark_jars: tuple[Path, ...]
+    localfs_jar: Path | None = None
+    """Icefjord's local file system for Spark (:func:`localfs_jar_for`); None: none to build."""
 
-    def complete(self) -> bool:
+    def resolved(self) -> bool:
+        """Maven's artifacts are in place (the local file system's jar aside)."""
         return (
             self.kafka_lib.is_dir()
             and any(self.kafka_lib.glob("kafka_*.jar"))
             and self.apicurio_jar.is_file()
             and all(p.is_file() for p in self.spark_jars)
         )
+
+    def complete(self) -> bool:
+        return self.resolved() and (self.localfs_jar is None or self.localfs_jar.is_file())
 
 
 def dist_for(settings: LocalSettings) -> Dist:
@@ -52,7 +63,52 @@ def dist_for(settings: LocalSettings) -> Dist:
             spark_dir / f"iceberg-spark-runtime-3.5_2.12-{settings.iceberg_version}.jar",
             *sorted(spark_dir.glob("sqlite-jdbc-*.jar"))[:1],
         ),
+        localfs_jar=localfs_jar_for(settings),
     )
+
+
+def hadoop_client_jar() -> Path | None:
+    """The Hadoop client API jar that pyspark ships (what its JVM runs), if any."""
+    import pyspark
+
+    jars = sorted((Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar"))
+    return jars[-1] if jars else None
+
+
+def localfs_jar_for(settings: LocalSettings, module: Path = LOCALFS_MODULE) -> Path | None:
+    """Where the local file system's jar goes: named after its sources and the Hadoop jar it
+    is compiled against, so a changed source or another pyspark builds anew. None without
+    pyspark's Hadoop jar."""
+    hadoop = hadoop_client_jar()
+    if hadoop is None:
+        return None
+    name = f"icefjord-spark-localfs-{hadoop.stem}-{module_digest(module)}"
+    return settings.dist_dir / name / "icefjord-spark-localfs.jar"
+
+
+def build_localfs_jar(target: Path, module: Path = LOCALFS_MODULE) -> None:
+    """Compile ``module``'s sources against pyspark's Hadoop jar into ``target`` with the
+    JDK's ``javac`` and ``jar`` (no download). Raises :class:`ArtifactError` on failure."""
+    hadoop = hadoop_client_jar()
+    javac, jar = shutil.which("javac"), shutil.which("jar")
+    if hadoop is None or javac is None or jar is None:
+        raise ArtifactError("building the Spark local file system needs pyspark and a JDK 17")
+    sources = sorted(str(p) for p in (module / "src" / "main" / "java").rglob("*.java"))
+    with tempfile.TemporaryDirectory(prefix="localfs-") as scratch:
+        classes = Path(scratch) / "classes"
+        partial = Path(scratch) / target.name
+        compile_ = [javac, "--release", "11", "-Werror", "-Xlint:all", "-cp", str(hadoop)]
+        for command in (
+            [*compile_, "-d", str(classes), *sources],
+            [jar, "--create", "--file", str(partial), "-C", str(classes), "."],
+        ):
+            done = subprocess.run(command, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise ArtifactError(f"{Path(command[0]).name} failed:\n{done.stderr[-4000:]}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # Moved in whole: a Spark JVM starting meanwhile never sees half a jar.
+        shutil.copyfile(partial, target.with_suffix(".partial"))
+        target.with_suffix(".partial").replace(target)
 
 
 def ensure_artifacts(settings: LocalSettings, progress: Callable[[str], None]) -> Dist:
@@ -63,11 +119,17 @@ def ensure_artifacts(settings: LocalSettings, progress: Callable[[str], None]) -
     dist = dist_for(settings)
     if dist.complete():
         return dist
-    progress("resolving components with Maven (first run downloads about 250 MB)")
-    _run_maven(settings, progress, profiles=())
-    dist = dist_for(settings)
-    if not dist.complete():
-        raise ArtifactError(f"Maven finished but artifacts are missing under {settings.dist_dir}")
+    if not dist.resolved():
+        progress("resolving components with Maven (first run downloads about 250 MB)")
+        _run_maven(settings, progress, profiles=())
+        dist = dist_for(settings)
+        if not dist.resolved():
+            raise ArtifactError(
+                f"Maven finished but artifacts are missing under {settings.dist_dir}"
+            )
+    if dist.localfs_jar is not None and not dist.localfs_jar.is_file():
+        progress("compiling Spark's local file system (deploy/spark-localfs)")
+        build_localfs_jar(dist.localfs_jar)
     return dist
 
 
@@ -105,8 +167,8 @@ class ConnectDist:
         return self.resolved() and self.converter_jar.is_file()
 
 
-def converter_digest(module: Path = CONVERTER_MODULE) -> str:
-    """A digest of the converter module's pom and sources: a changed source builds anew."""
+def module_digest(module: Path = CONVERTER_MODULE) -> str:
+    """A digest of a Java module's pom and sources: a changed source builds anew."""
     digest = hashlib.sha256()
     for path in sorted(module.rglob("*")):
         relative = path.relative_to(module)
@@ -119,7 +181,7 @@ def converter_digest(module: Path = CONVERTER_MODULE) -> str:
 def connect_dist_for(settings: LocalSettings) -> ConnectDist:
     """The expected locations for the configured Kafka and Debezium versions."""
     root = settings.dist_dir
-    converter = root / f"icefjord-connect-json-{settings.kafka_version}-{converter_digest()}"
+    converter = root / f"icefjord-connect-json-{settings.kafka_version}-{module_digest()}"
     return ConnectDist(
         kafka_lib=root / f"kafka-{settings.kafka_version}" / "lib",
         connect_lib=root / f"connect-{settings.kafka_version}" / "lib",
@@ -138,9 +200,9 @@ def ensure_connect_artifacts(
     Raises :class:`ArtifactError` when Maven is missing or fails.
     """
     connect = connect_dist_for(settings)
-    if connect.complete() and dist_for(settings).complete():
+    if connect.complete() and dist_for(settings).resolved():
         return connect
-    if not (connect.resolved() and dist_for(settings).complete()):
+    if not (connect.resolved() and dist_for(settings).resolved()):
         progress("resolving Kafka Connect and Debezium with Maven (first run: about 15 MB more)")
         _run_maven(settings, progress, profiles=("connect",))
     if not connect.converter_jar.is_file():

@@ -10,6 +10,7 @@ serves ``/metrics``, ``/healthz`` and ``/readyz`` on its port.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import signal
 import sys
@@ -20,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from icefjord.local.artifacts import LOCALFS_CLASS, localfs_jar_for
 from icefjord.local.compiled import checkout_root, compiled_build
 from icefjord.local.components import Health
 from icefjord.local.processes import ManagedProcess
@@ -111,6 +113,7 @@ def service_env(
         env[f"{p}SPARK__JARS"] = str(jars)
         # Two cores are shared with Kafka, the registry and the other services.
         env[f"{p}SPARK__MASTER"] = "local[2]"
+        env.update(localfs_env(spec, settings))
     if spec.topic_replication:
         # One broker: topics a service creates get one replica.
         env[f"{p}TOPIC_REPLICATION_FACTOR"] = "1"
@@ -119,6 +122,18 @@ def service_env(
         env[f"{p}INCLUDE_PATTERN"] = rf"^{escaped}\.[^.]+\.[^.]+$"
     env.update(extra or {})
     return env
+
+
+def localfs_env(spec: ServiceSpec, settings: LocalSettings) -> dict[str, str]:
+    """Spark's ``file://`` as Icefjord's local file system, when its jar is built (``icefjord
+    local up`` builds it): Hadoop's own starts a ``chmod`` process for every file it creates,
+    about eight per Iceberg commit on the local warehouse (``deploy/spark-localfs``). On the
+    JVM's own classpath, because Spark reads local files before it loads ``spark.jars``."""
+    jar = localfs_jar_for(settings)
+    if jar is None or not jar.is_file():
+        return {}
+    conf = {"spark.driver.extraClassPath": str(jar), "spark.hadoop.fs.file.impl": LOCALFS_CLASS}
+    return {f"{spec.env_prefix}SPARK__CONF": json.dumps(conf)}
 
 
 @dataclass

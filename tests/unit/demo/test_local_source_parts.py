@@ -8,7 +8,17 @@ from pathlib import Path
 import pytest
 
 from icefjord.demo.source import SourceNames, choose_schema
-from icefjord.local.artifacts import connect_dist_for, converter_digest
+from icefjord.local.artifacts import (
+    LOCALFS_CLASS,
+    LOCALFS_MODULE,
+    ArtifactError,
+    Dist,
+    build_localfs_jar,
+    connect_dist_for,
+    dist_for,
+    localfs_jar_for,
+    module_digest,
+)
 from icefjord.local.connect import (
     JSON_CONVERTER,
     KafkaConnect,
@@ -20,6 +30,7 @@ from icefjord.local.services import SERVICES, service_env, service_processes, se
 from icefjord.local.settings import LocalSettings
 from services.cdc_normalizer.config import NormalizerSettings
 from services.iceberg_writer.config import WriterSettings
+from services.maintainer.config import MaintainerSettings
 
 pytestmark = pytest.mark.unit
 
@@ -113,14 +124,14 @@ def test_the_converter_is_rebuilt_when_its_sources_change(tmp_path: Path) -> Non
     source.parent.mkdir(parents=True)
     (module / "pom.xml").write_text("<project/>")
     source.write_text("class Converter {}")
-    first = converter_digest(module)
+    first = module_digest(module)
     (module / "target").mkdir()
     (module / "target" / "out.jar").write_bytes(b"built")
-    assert converter_digest(module) == first  # build output does not count
+    assert module_digest(module) == first  # build output does not count
     source.write_text("class Converter { int x; }")
-    assert converter_digest(module) != first
+    assert module_digest(module) != first
     # The real module: the jar's directory is named after its digest.
-    assert converter_digest() in str(connect_dist_for(settings(tmp_path)).converter_jar)
+    assert module_digest() in str(connect_dist_for(settings(tmp_path)).converter_jar)
 
 
 def test_service_env_points_every_service_at_the_stack(tmp_path: Path) -> None:
@@ -140,6 +151,51 @@ def test_service_env_points_every_service_at_the_stack(tmp_path: Path) -> None:
     assert NormalizerSettings().metadata_refresh_ms <= 10_000
     assert WriterSettings().metadata_refresh_ms <= 10_000
     assert writer["ICEFJORD_WRITER_SPARK__JARS"].endswith("spark-jars-1.12.0/*.jar")
+
+
+def test_spark_services_use_the_local_file_system_once_its_jar_is_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = settings(tmp_path)
+    jar = localfs_jar_for(s)
+    assert jar is not None  # pyspark ships its Hadoop jar
+    assert module_digest(LOCALFS_MODULE) in str(jar) and "hadoop-client-api" in str(jar)
+    # Not built: Hadoop's own file system, and `local up` has the jar to build.
+    assert "ICEFJORD_WRITER_SPARK__CONF" not in service_env(service_spec("writer"), s)
+    resolved = Dist(
+        kafka_lib=fake_bin(tmp_path / "kafka", ("kafka_2.13-3.9.1.jar",)),
+        apicurio_jar=fake_bin(tmp_path / "apicurio", ("app.jar",)) / "app.jar",
+        spark_jars=(),
+        localfs_jar=jar,
+    )
+    assert resolved.resolved() and not resolved.complete()
+    assert dist_for(s).localfs_jar == jar
+    jar.parent.mkdir(parents=True)
+    jar.write_bytes(b"built")
+    assert resolved.complete()
+    for name in ("writer", "maintainer"):
+        key = f"ICEFJORD_{name.upper()}_SPARK__CONF"
+        monkeypatch.setenv(key, service_env(service_spec(name), s)[key])
+    conf = {"spark.driver.extraClassPath": str(jar), "spark.hadoop.fs.file.impl": LOCALFS_CLASS}
+    # What each service's settings read from its environment.
+    assert WriterSettings().spark.conf == conf
+    assert MaintainerSettings().spark.conf == conf
+    for name in ("normalizer", "watcher"):
+        assert not any("SPARK" in key for key in service_env(service_spec(name), s))
+
+
+def test_a_local_file_system_that_does_not_compile_is_an_artifact_error(tmp_path: Path) -> None:
+    module = tmp_path / "spark-localfs"
+    source = module / "src" / "main" / "java" / "Broken.java"
+    source.parent.mkdir(parents=True)
+    source.write_text("class Broken { int x = ; }")
+    target = tmp_path / "out" / "localfs.jar"
+    with pytest.raises(ArtifactError, match="javac failed"):
+        build_localfs_jar(target, module)
+    assert not target.exists()
+    source.write_text("public class Broken { }")
+    build_localfs_jar(target, module)
+    assert target.is_file() and not target.with_suffix(".partial").exists()
 
 
 def test_normalizer_reads_only_the_demo_topics(tmp_path: Path) -> None:
