@@ -16,6 +16,7 @@ from icefjord.local.artifacts import (
     build_localfs_jar,
     connect_dist_for,
     dist_for,
+    ensure_artifacts,
     localfs_jar_for,
     module_digest,
 )
@@ -196,6 +197,31 @@ def test_a_local_file_system_that_does_not_compile_is_an_artifact_error(tmp_path
     source.write_text("public class Broken { }")
     build_localfs_jar(target, module)
     assert target.is_file() and not target.with_suffix(".partial").exists()
+
+
+def test_the_stack_starts_without_the_local_file_system_if_it_does_not_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import icefjord.local.artifacts as artifacts
+
+    s = settings(tmp_path)
+    resolved = dist_for(s)  # Maven's artifacts in place, as fakes: no Maven runs
+    fake_bin(resolved.kafka_lib, ("kafka_2.13-3.9.1.jar",))
+    for jar in (resolved.apicurio_jar, *resolved.spark_jars):
+        jar.parent.mkdir(parents=True, exist_ok=True)
+        jar.write_bytes(b"jar")
+
+    def broken(target: Path) -> None:
+        raise ArtifactError("javac failed: no JDK here")
+
+    monkeypatch.setattr(artifacts, "build_localfs_jar", broken)
+    said: list[str] = []
+    dist = ensure_artifacts(s, said.append)
+    assert dist.resolved() and not dist.complete()
+    assert said[-1] == (
+        "not built, Spark keeps Hadoop's local file system: javac failed: no JDK here"
+    )
+    assert "ICEFJORD_WRITER_SPARK__CONF" not in service_env(service_spec("writer"), s)
 
 
 def test_normalizer_reads_only_the_demo_topics(tmp_path: Path) -> None:
