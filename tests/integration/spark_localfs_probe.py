@@ -3,7 +3,8 @@
 file system with Spark while Java Flight Recorder records every process the JVM starts,
 and print what happened as JSON.
 
-Usage: ``python spark_localfs_probe.py <warehouse dir> <jfr file> [<localfs jar> <class>]``.
+Usage: ``python spark_localfs_probe.py <warehouse dir> <jfr file> <Spark jars glob>
+[<localfs jar> <class>]``.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from shared.spark import _LOCAL_JARS
-
 
 def main() -> None:
     warehouse, recording = Path(sys.argv[1]), Path(sys.argv[2])
@@ -27,14 +26,14 @@ def main() -> None:
         .config("spark.ui.showConsoleProgress", "false")
         # Not the usual 022, so the modes show that Hadoop's umask is applied.
         .config("spark.hadoop.fs.permissions.umask-mode", "027")
-        .config("spark.jars", ",".join(sorted(glob.glob(_LOCAL_JARS))))
+        .config("spark.jars", ",".join(sorted(glob.glob(sys.argv[3]))))
         .config("spark.sql.catalog.probe", "org.apache.iceberg.spark.SparkCatalog")
         .config("spark.sql.catalog.probe.type", "hadoop")
         .config("spark.sql.catalog.probe.warehouse", f"file://{warehouse}")
     )
-    if len(sys.argv) > 4:
-        builder = builder.config("spark.driver.extraClassPath", sys.argv[3]).config(
-            "spark.hadoop.fs.file.impl", sys.argv[4]
+    if len(sys.argv) > 5:
+        builder = builder.config("spark.driver.extraClassPath", sys.argv[4]).config(
+            "spark.hadoop.fs.file.impl", sys.argv[5]
         )
     spark = builder.getOrCreate()
     jvm = spark.sparkContext._jvm

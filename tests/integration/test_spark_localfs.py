@@ -20,10 +20,13 @@ PROBE = Path(__file__).with_name("spark_localfs_probe.py")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _probe(tmp_path: Path, name: str, *localfs: str) -> dict[str, Any]:
-    warehouse = tmp_path / name
+def _probe(stack: Stack, tmp_path: Path, name: str, *localfs: str) -> dict[str, Any]:
+    assert stack.local is not None
+    settings = stack.local.settings
+    jars = settings.dist_dir / f"spark-jars-{settings.iceberg_version}" / "*.jar"
+    warehouse, recording = tmp_path / name, tmp_path / f"{name}.jfr"
     done = subprocess.run(
-        [sys.executable, str(PROBE), str(warehouse), str(tmp_path / f"{name}.jfr"), *localfs],
+        [sys.executable, str(PROBE), str(warehouse), str(recording), str(jars), *localfs],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -44,9 +47,11 @@ def localfs_jar(stack: Stack) -> Path:
     return jar
 
 
-def test_spark_writes_iceberg_without_a_chmod_process(localfs_jar: Path, tmp_path: Path) -> None:
-    hadoop = _probe(tmp_path, "hadoop")
-    ours = _probe(tmp_path, "icefjord", str(localfs_jar), LOCALFS_CLASS)
+def test_spark_writes_iceberg_without_a_chmod_process(
+    localfs_jar: Path, stack: Stack, tmp_path: Path
+) -> None:
+    hadoop = _probe(stack, tmp_path, "hadoop")
+    ours = _probe(stack, tmp_path, "icefjord", str(localfs_jar), LOCALFS_CLASS)
 
     assert hadoop["file_system"] != LOCALFS_CLASS
     assert ours["file_system"] == LOCALFS_CLASS
