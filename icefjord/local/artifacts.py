@@ -174,7 +174,7 @@ class ConnectDist:
         return self.resolved() and self.converter_jar.is_file()
 
 
-def module_digest(module: Path = CONVERTER_MODULE) -> str:
+def module_digest(module: Path) -> str:
     """A digest of a Java module's pom and sources: a changed source builds anew."""
     digest = hashlib.sha256()
     for path in sorted(module.rglob("*")):
@@ -188,7 +188,9 @@ def module_digest(module: Path = CONVERTER_MODULE) -> str:
 def connect_dist_for(settings: LocalSettings) -> ConnectDist:
     """The expected locations for the configured Kafka and Debezium versions."""
     root = settings.dist_dir
-    converter = root / f"icefjord-connect-json-{settings.kafka_version}-{module_digest()}"
+    converter = (
+        root / f"icefjord-connect-json-{settings.kafka_version}-{module_digest(CONVERTER_MODULE)}"
+    )
     return ConnectDist(
         kafka_lib=root / f"kafka-{settings.kafka_version}" / "lib",
         connect_lib=root / f"connect-{settings.kafka_version}" / "lib",

@@ -14,7 +14,6 @@ Run the two alternately, on an otherwise idle machine.
 
 from __future__ import annotations
 
-import glob
 import os
 import sys
 import tempfile
@@ -22,9 +21,8 @@ import time
 
 from pyspark.sql import SparkSession
 
-from icefjord.local.artifacts import LOCALFS_CLASS, localfs_jar_for
+from icefjord.local.artifacts import LOCALFS_CLASS, dist_for
 from icefjord.local.settings import LocalSettings
-from shared.spark import _LOCAL_JARS
 
 APPENDS = 60
 
@@ -32,9 +30,10 @@ APPENDS = 60
 def main() -> None:
     mode = sys.argv[1]
     warehouse = tempfile.mkdtemp(prefix="appends-ab-")
+    dist = dist_for(LocalSettings())
     builder = (
         SparkSession.builder.master("local[*]")
-        .config("spark.jars", ",".join(sorted(glob.glob(_LOCAL_JARS))))
+        .config("spark.jars", ",".join(str(jar) for jar in dist.spark_jars))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.defaultJavaOptions", "-XX:+UseParallelGC")
@@ -43,7 +42,7 @@ def main() -> None:
         .config("spark.sql.catalog.ab.warehouse", f"file://{warehouse}")
     )
     if mode == "icefjord":
-        jar = localfs_jar_for(LocalSettings())
+        jar = dist.localfs_jar
         assert jar is not None and jar.is_file(), "run `icefjord local up` first"
         builder = builder.config("spark.driver.extraClassPath", str(jar)).config(
             "spark.hadoop.fs.file.impl", LOCALFS_CLASS

@@ -9,6 +9,7 @@ import pytest
 
 from icefjord.demo.source import SourceNames, choose_schema
 from icefjord.local.artifacts import (
+    CONVERTER_MODULE,
     LOCALFS_CLASS,
     LOCALFS_MODULE,
     ArtifactError,
@@ -132,7 +133,9 @@ def test_the_converter_is_rebuilt_when_its_sources_change(tmp_path: Path) -> Non
     source.write_text("class Converter { int x; }")
     assert module_digest(module) != first
     # The real module: the jar's directory is named after its digest.
-    assert module_digest() in str(connect_dist_for(settings(tmp_path)).converter_jar)
+    assert module_digest(CONVERTER_MODULE) in str(
+        connect_dist_for(settings(tmp_path)).converter_jar
+    )
 
 
 def test_service_env_points_every_service_at_the_stack(tmp_path: Path) -> None:
