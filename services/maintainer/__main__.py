@@ -14,7 +14,6 @@ from contextlib import ExitStack
 from prometheus_client import CollectorRegistry
 
 from services.maintainer.config import MaintainerSettings
-from services.maintainer.priority import LeaseBoost
 from services.maintainer.service import build_service
 from services.maintainer.warm import warm_up
 from shared.catalog import open_catalog
@@ -45,11 +44,6 @@ def run(settings: MaintainerSettings, stop: threading.Event) -> None:
             create_topics(settings.kafka, [request], "create control topic", stop)
         spark = build_spark_session("icefjord-maintainer", settings.spark, settings.catalog)
         resources.callback(spark.stop)
-        # From here on the JVM is in the process tree; threads it starts later inherit.
-        priority = LeaseBoost(
-            settings.compaction_lease_nice, background=settings.background_nice or None
-        )
-        priority.to_background()
         if settings.warm_up:
             try:
                 seconds = warm_up(spark)
@@ -76,7 +70,6 @@ def run(settings: MaintainerSettings, stop: threading.Event) -> None:
             registry=make_registry_client(settings.registry),
             metrics_registry=metrics_registry,
             stop=stop,
-            priority=priority,
         )
         log.info("maintainer running", extra={"catalog": settings.catalog.name})
         run_loop(service.step, stop, health, stuck_after_s=settings.stuck_step_s)

@@ -117,23 +117,6 @@ class MaintainerSettings(ServiceSettings):
         "machine (services/maintainer/priority.py); needs CAP_SYS_NICE or RLIMIT_NICE, else "
         "it is skipped. 0 (not below the process's own nice): off.",
     )
-    background_nice: int = Field(
-        default=10,
-        ge=0,
-        le=19,
-        description="CPU nice value of the maintainer and its Spark JVM outside the leases the "
-        "writer waits for, so that on a machine the services share, maintenance takes the CPU "
-        "the pipeline leaves over (services/maintainer/priority.py). Applied only where the "
-        "priority can be raised again for a boost; 0: normal priority throughout.",
-    )
-    background_max_pressure: float = Field(
-        default=2.0,
-        ge=1.0,
-        description="A rewrite the policies call for this far past its trigger (2.0: twice "
-        "the small files or the delete ratio that call for it) runs at normal CPU priority "
-        "instead of BACKGROUND_NICE, as does every request an operator publishes: held back "
-        "further, a rewrite of a table with equality deletes only grows.",
-    )
     catch_up: CatchUpRule = Field(
         default_factory=CatchUpRule,
         description="When rewrites wait for the writer to catch up (services/maintainer/"

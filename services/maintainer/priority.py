@@ -1,5 +1,4 @@
-"""CPU priority for the maintainer: raised while the writer waits for its compaction lease,
-lowered to the background otherwise.
+"""CPU priority for the maintainer while it holds a compaction lease.
 
 While the lease is held the writer's commits to that table wait (``shared.lease``), so
 every CPU second the rewrite waits for is a second of staleness for the table. On a machine
@@ -29,35 +28,17 @@ session for scheduling (``sched_autogroup_enabled``, the default on desktop kern
 thread's nice only counts inside its session's group and the groups share the CPU equally:
 every service runs in a session of its own, so the boost sets the group's nice too
 (``/proc/<pid>/autogroup``). With the thread nice alone the rewrite above still took 7.0 s.
-
-**In the background otherwise.** A rewrite nobody waits for, and everything else the
-maintainer does, is background work: on a shared machine it should take the CPU the
-pipeline leaves over, not an equal share of a saturated machine. :meth:`LeaseBoost.to_background`
-moves the tree and its scheduling group to a higher nice (``BACKGROUND_NICE``) for good;
-a boosted lease goes from there to the boost and back. Once a thread's nice is raised, only
-``CAP_SYS_NICE`` or ``RLIMIT_NICE`` lets it come down again, so the move is made only where
-a trial thread shows it can: otherwise a lease the writer waits for would run in the
-background too. Inside a boost without a boost value of its own (``nice`` None) the tree
-runs at its normal priority.
-
-**Bounded.** A rewrite held back by a saturated machine costs more when it finally runs:
-the writer's equality deletes reach every older data file, so each minute a compaction
-waits adds to its work, and in the background alone compactions grew from about 6 to 23-28
-CPU s each and tables reached 222 data files (docs/benchmarks/HISTORY.md). A rewrite that is
-overdue (the service's ``BACKGROUND_MAX_PRESSURE``) or that an operator asked for runs
-inside :meth:`LeaseBoost.foreground`, at normal priority, and the background has a bound.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["LeaseBoost", "autogroup_nice", "can_come_back", "process_tree", "threads_of"]
+__all__ = ["LeaseBoost", "autogroup_nice", "process_tree", "threads_of"]
 
 log = logging.getLogger(__name__)
 
@@ -114,65 +95,20 @@ def autogroup_nice(path: Path) -> int | None:
         return None
 
 
-def can_come_back(raised: int, normal: int) -> bool:
-    """Whether a thread of this process that raised its nice to ``raised`` may lower it to
-    ``normal`` again (``CAP_SYS_NICE``, or an ``RLIMIT_NICE`` that allows ``normal``). Tried
-    on a short-lived thread of its own, so no other thread's priority changes."""
-    outcome: list[bool] = []
-
-    def trial() -> None:
-        tid = threading.get_native_id()
-        try:
-            os.setpriority(os.PRIO_PROCESS, tid, raised)
-            os.setpriority(os.PRIO_PROCESS, tid, normal)
-        except PermissionError:
-            outcome.append(False)
-        else:
-            outcome.append(True)
-
-    thread = threading.Thread(target=trial, name="nice-trial", daemon=True)
-    thread.start()
-    thread.join()
-    return outcome == [True]
-
-
 class LeaseBoost:
-    """Raise this process tree's CPU priority to ``nice`` inside :meth:`boosted`; outside,
-    after :meth:`to_background`, run it at ``background``.
+    """Raise this process tree's CPU priority to ``nice`` inside :meth:`boosted`.
 
-    ``nice`` None: no boost of its own. The normal value is the process's own when the boost
-    is made.
+    ``nice`` None: off. The normal value is the process's own when the boost is made.
     """
 
-    def __init__(
-        self,
-        nice: int | None,
-        root: int | None = None,
-        proc: Path = _PROC,
-        *,
-        background: int | None = None,
-    ) -> None:
+    def __init__(self, nice: int | None, root: int | None = None, proc: Path = _PROC) -> None:
         self._nice = nice
         self._root = root if root is not None else os.getpid()
         self._proc = proc
         self._normal = os.getpriority(os.PRIO_PROCESS, 0)
         self._group = proc / str(self._root) / "autogroup"
         self._group_normal = autogroup_nice(self._group)
-        self._background = background
-        # The tree's nice and its group's outside a boost: normal until to_background.
-        self._rest = self._normal
-        self._group_rest = self._group_normal
         self.enabled = nice is not None and nice < self._normal
-
-    @property
-    def in_background(self) -> bool:
-        return self._rest > self._normal
-
-    def _target(self) -> int | None:
-        """The nice inside :meth:`boosted`; None: nothing to change."""
-        if self.enabled and self._nice is not None:
-            return self._nice
-        return self._normal if self.in_background else None
 
     def _set(self, value: int, group: int | None) -> None:
         """Set every thread of the tree to ``value`` and the session's scheduling group to
@@ -183,78 +119,33 @@ class LeaseBoost:
             except PermissionError:
                 raise
             except OSError:  # e.g. a read-only /proc: threads only from now on
-                self._group_normal = self._group_rest = None
+                self._group_normal = None
         for tid in threads_of(process_tree(self._root, self._proc), self._proc):
             try:
                 os.setpriority(os.PRIO_PROCESS, tid, value)
             except ProcessLookupError:  # the thread ended meanwhile
                 continue
 
-    def to_background(self) -> bool:
-        """Move the tree and its scheduling group to the background nice for good, where
-        the priority can be raised again for a boost; True if it moved."""
-        background = self._background
-        if background is None or background <= self._normal or self.in_background:
-            return False
-        if not can_come_back(background, self._normal):
-            log.info(
-                "maintenance stays at normal CPU priority: a raised nice value could not be "
-                "lowered again for a lease the writer waits for (needs CAP_SYS_NICE or "
-                "RLIMIT_NICE)",
-                extra={"background_nice": background},
-            )
-            return False
-        group = None if self._group_normal is None else background
-        self._set(background, group)
-        self._rest, self._group_rest = background, group
-        log.info("maintenance runs at background CPU priority", extra={"nice": background})
-        return True
-
-    @contextmanager
-    def foreground(self) -> Iterator[None]:
-        """The tree and its scheduling group at their normal priority inside, in the
-        background again after (a boost inside comes back to normal); nothing changes where
-        the tree is not in the background."""
-        if not self.in_background:
-            yield
-            return
-        rest, group_rest = self._rest, self._group_rest
-        group = None if group_rest is None else self._group_normal
-        try:
-            self._set(self._normal, group)
-        except PermissionError:  # to_background tried the round trip; a limit changed since
-            log.warning("could not bring maintenance to normal CPU priority", exc_info=True)
-            self._set(rest, None)
-            yield
-            return
-        self._rest, self._group_rest = self._normal, group
-        try:
-            yield
-        finally:
-            self._rest, self._group_rest = rest, group_rest
-            self._set(rest, group_rest)
-
     @contextmanager
     def boosted(self) -> Iterator[None]:
-        """The process tree at the raised priority inside, at its resting one after."""
-        target = self._target()
-        if target is None:
+        """The process tree at the raised priority inside, at its normal one after."""
+        if not self.enabled or self._nice is None:
             yield
             return
-        group = None if self._group_normal is None else target
+        group = None if self._group_normal is None else self._nice
         try:
-            self._set(target, group)
+            self._set(self._nice, group)
         except PermissionError:
             self.enabled = False
-            self._set(self._rest, None)  # threads set before the refusal go back
+            self._set(self._normal, None)  # threads set before the refusal go back
             log.info(
                 "no permission to raise the maintainer's CPU priority during compaction "
                 "leases (needs CAP_SYS_NICE); continuing without",
-                extra={"nice": target},
+                extra={"nice": self._nice},
             )
             yield
             return
         try:
             yield
         finally:
-            self._set(self._rest, self._group_rest)
+            self._set(self._normal, self._group_normal)

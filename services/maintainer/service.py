@@ -26,7 +26,6 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -223,10 +222,8 @@ class MaintainerService:
         metrics: MaintainerMetrics,
         board: HealthBoard,
         clock: Callable[[], float] = time.time,
-        foreground: Callable[[], AbstractContextManager[None]] = nullcontext,
     ) -> None:
         self._settings = settings
-        self._foreground = foreground
         self._source = source
         self._publisher = publisher
         self._executor = executor
@@ -413,9 +410,7 @@ class MaintainerService:
         if not outcome.admitted:
             return None
         chosen = outcome.admitted[0]
-        return self.run_request(
-            chosen.to_request(str(uuid.uuid4())), announce=True, pressure=chosen.pressure
-        )
+        return self.run_request(chosen.to_request(str(uuid.uuid4())), announce=True)
 
     def _catching_up(self, candidates: list[Candidate], now_ms: int) -> list[Candidate]:
         """``candidates`` without the rewrites that wait for the writer to catch up
@@ -446,15 +441,8 @@ class MaintainerService:
             )
         return kept
 
-    def run_request(
-        self, request: MaintenanceRequest, *, announce: bool, pressure: float | None = None
-    ) -> MaintenanceResult:
+    def run_request(self, request: MaintenanceRequest, *, announce: bool) -> MaintenanceResult:
         """Execute ``request`` (publishing it first when ``announce``), publish its result.
-
-        ``pressure``: how far past its trigger the policy candidate behind ``request`` is
-        (``services.maintainer.policy``); None for an operator's request. Below
-        ``BACKGROUND_MAX_PRESSURE`` the request runs at the background priority, else in the
-        foreground (``services.maintainer.priority``).
 
         Raises RetryableError only when the announcement cannot be delivered (then nothing
         ran); a result that cannot be delivered stays in the outbox.
@@ -487,14 +475,12 @@ class MaintainerService:
             },
         )
         seen = self._writer.get(canonical)
-        overdue = pressure is None or pressure >= self._settings.background_max_pressure
-        with self._foreground() if overdue else nullcontext():
-            result = self._executor.execute(
-                request,
-                policy,
-                writer_commit_s=self._writer_commit_s(canonical),
-                writer_held=holds_writer_back(seen.write_path if seen else None),
-            )
+        result = self._executor.execute(
+            request,
+            policy,
+            writer_commit_s=self._writer_commit_s(canonical),
+            writer_held=holds_writer_back(seen.write_path if seen else None),
+        )
         self._planner = self._planner.finished(request.request_id, self._now_ms())
         self._metrics.record(result)
         self.results = [*self.results[-99:], result]
@@ -549,18 +535,14 @@ def build_service(
     metrics_registry: Any,
     stop: threading.Event,
     clock: Callable[[], float] = time.time,
-    priority: LeaseBoost | None = None,
 ) -> MaintainerService:
     """Wire a :class:`MaintainerService` to Kafka, the catalog and Spark.
 
     ``registry`` is the schema registry client; ``metrics_registry`` the Prometheus
-    registry the metrics go on. The caller owns (and closes) the clients. ``priority``
-    boosts the leases the writer waits for and brings overdue rewrites out of the
-    background (default: one made from the settings, which never moves to the background).
+    registry the metrics go on. The caller owns (and closes) the clients.
     """
     codec = AvroCodec(registry)
     topic = settings.control_topic
-    priority = priority or LeaseBoost(settings.compaction_lease_nice)
     inspector = TableInspector(catalog, clock)
     executor = MaintenanceExecutor(
         SparkProcedureRunner(spark),
@@ -573,7 +555,7 @@ def build_service(
         lease_settle_s=settings.compaction_lease_settle_s,
         clock=clock,
         stop=stop,
-        boost=priority.boosted,
+        boost=LeaseBoost(settings.compaction_lease_nice).boosted,
     )
     board = HealthBoard()
     metrics = MaintainerMetrics.create(metrics_registry, board.snapshot, clock)
@@ -586,5 +568,4 @@ def build_service(
         metrics=metrics,
         board=board,
         clock=clock,
-        foreground=priority.foreground,
     )

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import pytest
@@ -140,7 +138,7 @@ class FakeTables:
 
 
 def make(
-    executor: Any = None, foreground: Any = nullcontext, **settings: Any
+    executor: Any = None, **settings: Any
 ) -> tuple[MaintainerService, FakeSource, FakePublisher, FakeTables, Clock, CollectorRegistry]:
     clock = Clock()
     source, publisher, tables = FakeSource(), FakePublisher(), FakeTables(clock)
@@ -156,7 +154,6 @@ def make(
         metrics=MaintainerMetrics.create(registry, board.snapshot, clock),
         board=board,
         clock=clock,
-        foreground=foreground,
     )
     return service, source, publisher, tables, clock, registry
 
@@ -581,57 +578,3 @@ def test_catch_up_off_by_default_and_operator_requests_never_wait() -> None:
     service.step()
     assert _compactions(publisher) == 0  # the operator's request ran; it was not ours
     assert [type(e.payload).__name__ for e in publisher.sent] == ["MaintenanceResult"]
-
-
-class Foreground:
-    """Records, for each request the executor runs, whether it ran in the foreground."""
-
-    def __init__(self, executor: FakeExecutor) -> None:
-        self.inside = False
-        self.executor = executor
-        self.runs: list[tuple[str, bool]] = []
-        run = executor.execute
-
-        def execute(request: MaintenanceRequest, *args: Any, **kw: Any) -> MaintenanceResult:
-            self.runs.append((request.requested_by, self.inside))
-            return run(request, *args, **kw)
-
-        executor.execute = execute  # type: ignore[method-assign]
-
-    @contextmanager
-    def __call__(self) -> Iterator[None]:
-        self.inside = True
-        try:
-            yield
-        finally:
-            self.inside = False
-
-
-@pytest.mark.parametrize(
-    ("files", "foreground"),
-    [(150, False), (199, False), (200, True), (450, True)],
-)
-def test_a_rewrite_runs_in_the_foreground_once_overdue(files: int, foreground: bool) -> None:
-    clock = Clock()
-    recorder = Foreground(FakeExecutor(clock))
-    service, _, _, tables, _, _ = make(recorder.executor, recorder)
-    tables.files = files  # the small-file trigger is 100: pressure files / 100
-    service.step()
-    assert recorder.runs == [("maintainer/policy:small-files", foreground)]
-    assert not recorder.inside
-
-
-def test_the_bound_is_a_setting_and_operator_requests_never_run_in_the_background() -> None:
-    clock = Clock()
-    recorder = Foreground(FakeExecutor(clock))
-    service, source, _, tables, _, _ = make(
-        recorder.executor, recorder, background_max_pressure=1.2
-    )
-    tables.files = 130
-    service.step()
-    source.batches.append([operator()])
-    service.step()
-    assert recorder.runs == [
-        ("maintainer/policy:small-files", True),
-        ("operator:ann", True),
-    ]
