@@ -8,7 +8,6 @@ id, epoch and watermark, set through Iceberg's ``CommitMetadata`` for the callin
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import os
 import tempfile
@@ -28,6 +27,7 @@ from pyspark.sql import functions as F
 
 from services.iceberg_writer.changes import BatchPlan, Change, Op, Path
 from services.iceberg_writer.copyfiles import write_copy
+from services.iceberg_writer.records import staging_rows
 from services.iceberg_writer.tables import quote, sql_literal
 from services.iceberg_writer.types import (
     STAGING_FLAG,
@@ -88,25 +88,16 @@ def arrow_batch(
     if partial:
         fields.append(pa.field(UNCHANGED_COLUMNS, pa.list_(pa.string()), nullable=True))
     arrow_schema = pa.schema(fields)
-    rows: list[dict[str, Any]] = []
-    for change in plan.upserts + plan.deletes:
-        row: dict[str, Any] = {}
-        if change.row is not None and change.op is not Op.DELETE:
-            row.update(change.row)
-            for name, convert in converters.items():
-                if name in row:
-                    row[name] = convert(row[name])
-        for name, value in zip(keys, change.key, strict=True):
-            row[name] = value
-        if metadata.op:
-            row[metadata.op] = change.op.value
-        row[metadata.position] = change.position
-        if metadata.source_ts:
-            row[metadata.source_ts] = dt.datetime.fromtimestamp(change.source_ts_ms / 1000, dt.UTC)
-        row[DELETE_FLAG] = change.op is Op.DELETE
-        if partial:
-            row[UNCHANGED_COLUMNS] = list(change.unchanged) if change.unchanged else None
-        rows.append(row)
+    rows = staging_rows(
+        plan.upserts + plan.deletes,
+        keys,
+        converters,
+        op_column=metadata.op,
+        position_column=metadata.position,
+        source_ts_column=metadata.source_ts,
+        delete_flag=DELETE_FLAG,
+        unchanged_column=UNCHANGED_COLUMNS if partial else None,
+    )
     return pa.Table.from_pylist(rows, schema=arrow_schema)
 
 

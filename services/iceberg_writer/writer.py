@@ -51,6 +51,7 @@ from services.iceberg_writer.changes import (
 )
 from services.iceberg_writer.config import WriterSettings
 from services.iceberg_writer.metrics import WriterMetrics
+from services.iceberg_writer.records import change_of
 from services.iceberg_writer.tables import (
     BULK_LOAD_ID,
     COMMIT_ID,
@@ -765,28 +766,15 @@ class Writer:
                 decoded = fastavro.schemaless_reader(io.BytesIO(body), writer, state.reader)
         except Exception as exc:  # fastavro raises many kinds on corrupt input
             raise WireFormatError(f"body does not match schema {schema_id}: {exc}") from exc
-        record: dict[str, Any] = decoded
-        op = Op(record["op"])
-        unchanged = record.get("unchanged") if op is Op.UPDATE else None
-        key_record = record.get("key") or {}
-        key: tuple[Any, ...] = ()
-        if op is not Op.TRUNCATE:
-            key = tuple(
-                state.converters[k](key_record[k]) if k in state.converters else key_record[k]
-                for k in state.keys
-            )
-        return Change(
-            table=state.name,
-            op=op,
-            position=record["position"],
-            source_ts_ms=int(record["source_ts_ms"]),
-            key=key,
-            row=record.get("after"),
-            topic=message.topic(),
-            partition=message.partition(),
-            offset=message.offset(),
-            schema_id=schema_id,
-            unchanged=tuple(unchanged) if unchanged else None,
+        return change_of(
+            decoded,
+            state.name,
+            state.keys,
+            state.converters,
+            message.topic(),
+            message.partition(),
+            message.offset(),
+            schema_id,
         )
 
     def _decoder(self, schema_id: int, parsed: Any) -> AvroDecoder:

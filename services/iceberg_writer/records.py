@@ -1,0 +1,110 @@
+"""The writer's per-record work: a decoded change record to a :class:`Change`, and a batch's
+changes to the staging rows Arrow builds its table from. Pure.
+
+Both run once per change: the first for every record consumed, the second for every change
+a commit keeps. Before, they were inlined in ``Writer._decode`` (an ``Op(...)`` enum call, a
+generator for the key, keyword arguments for the tuple) and ``apply.arrow_batch``. Measured
+on 60,000 records of the benchmark's ``orders`` (``docs/benchmarks/2026-11-27-writer-records``):
+2.1 us per record here against 17.3 us for the compiled Avro decoding before it, and 5.3 us
+per kept change against 4.8 us for Arrow's ``from_pylist`` after it. Compiled with mypyc
+the two took 0.5 us less in all, so they stay plain Python.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from services.iceberg_writer.changes import Change, Op
+
+__all__ = ["change_of", "staging_rows"]
+
+_OPS: dict[str, Op] = {op.value: op for op in Op}
+_UTC = dt.UTC
+_fromtimestamp = dt.datetime.fromtimestamp
+
+
+def change_of(
+    record: dict[str, Any],
+    table: str,
+    keys: tuple[str, ...],
+    converters: Mapping[str, Any],
+    topic: str,
+    partition: int,
+    offset: int,
+    schema_id: int,
+) -> Change:
+    """The :class:`Change` of one decoded change record (``contracts/``'s change schema:
+    ``op``, ``position``, ``source_ts_ms``, ``key``, ``after``, ``unchanged``).
+
+    ``keys`` are the table's key columns, in order; ``converters`` turn a column's decoded
+    value into the one the table stores. Raises ValueError for an unknown operation and
+    KeyError for a missing field or key column, as the record is then not a change record.
+    """
+    name = record["op"]
+    op = _OPS.get(name) if isinstance(name, str) else None
+    if op is None:
+        op = Op(name)  # raises ValueError, naming the value
+    unchanged = record.get("unchanged") if op is Op.UPDATE else None
+    key: tuple[Any, ...] = ()
+    if op is not Op.TRUNCATE:
+        key_record = record.get("key") or {}
+        values: list[Any] = []
+        for column in keys:
+            convert = converters.get(column)
+            value = key_record[column]
+            values.append(value if convert is None else convert(value))
+        key = tuple(values)
+    return Change(
+        table,
+        op,
+        record["position"],
+        int(record["source_ts_ms"]),
+        key,
+        record.get("after"),
+        topic,
+        partition,
+        offset,
+        schema_id,
+        tuple(unchanged) if unchanged else None,
+    )
+
+
+def staging_rows(
+    changes: Sequence[Change],
+    keys: Sequence[str],
+    converters: Mapping[str, Any],
+    *,
+    op_column: str | None,
+    position_column: str,
+    source_ts_column: str | None,
+    delete_flag: str,
+    unchanged_column: str | None,
+) -> list[dict[str, Any]]:
+    """One dict per change: its row with ``converters`` applied (none for a delete), its key
+    columns, the metadata columns that are on (``None`` or "": off), ``delete_flag`` true
+    for a delete, and with ``unchanged_column`` the columns an update left out (or None)."""
+    items = list(converters.items())
+    rows: list[dict[str, Any]] = []
+    for change in changes:
+        row: dict[str, Any] = {}
+        after = change.row
+        if after is not None and change.op is not Op.DELETE:
+            row.update(after)
+            for name, convert in items:
+                if name in row:
+                    row[name] = convert(row[name])
+        for name, value in zip(keys, change.key, strict=True):
+            row[name] = value
+        if op_column:
+            row[op_column] = change.op.value
+        row[position_column] = change.position
+        if source_ts_column:
+            row[source_ts_column] = _fromtimestamp(change.source_ts_ms / 1000, _UTC)
+        row[delete_flag] = change.op is Op.DELETE
+        if unchanged_column:
+            unchanged = change.unchanged
+            row[unchanged_column] = list(unchanged) if unchanged else None
+        rows.append(row)
+    return rows
