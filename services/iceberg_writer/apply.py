@@ -88,16 +88,7 @@ def arrow_batch(
     if partial:
         fields.append(pa.field(UNCHANGED_COLUMNS, pa.list_(pa.string()), nullable=True))
     arrow_schema = pa.schema(fields)
-    rows = staging_rows(
-        plan.upserts + plan.deletes,
-        keys,
-        converters,
-        op_column=metadata.op,
-        position_column=metadata.position,
-        source_ts_column=metadata.source_ts,
-        delete_flag=DELETE_FLAG,
-        unchanged_column=UNCHANGED_COLUMNS if partial else None,
-    )
+    rows = staging_rows(plan.upserts + plan.deletes, keys, converters, metadata, partial=partial)
     return pa.Table.from_pylist(rows, schema=arrow_schema)
 
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from services.iceberg_writer.changes import Change, Op
+from services.iceberg_writer.types import STAGING_FLAG, UNCHANGED_COLUMNS, MetadataColumns
 
 __all__ = ["change_of", "staging_rows"]
 
@@ -75,17 +76,19 @@ def staging_rows(
     changes: Sequence[Change],
     keys: Sequence[str],
     converters: Mapping[str, Any],
+    metadata: MetadataColumns,
     *,
-    op_column: str | None,
-    position_column: str,
-    source_ts_column: str | None,
-    delete_flag: str,
-    unchanged_column: str | None,
+    partial: bool,
 ) -> list[dict[str, Any]]:
     """One dict per change: its row with ``converters`` applied (none for a delete), its key
-    columns, the metadata columns that are on (``None`` or "": off), ``delete_flag`` true
-    for a delete, and with ``unchanged_column`` the columns an update left out (or None)."""
+    columns, the metadata columns that are on, :data:`STAGING_FLAG` true for a delete, and
+    for a ``partial`` batch :data:`UNCHANGED_COLUMNS`, the columns an update left out."""
     items = list(converters.items())
+    op_column, position_column, source_ts_column = (
+        metadata.op,
+        metadata.position,
+        metadata.source_ts,
+    )
     rows: list[dict[str, Any]] = []
     for change in changes:
         row: dict[str, Any] = {}
@@ -102,9 +105,9 @@ def staging_rows(
         row[position_column] = change.position
         if source_ts_column:
             row[source_ts_column] = _fromtimestamp(change.source_ts_ms / 1000, _UTC)
-        row[delete_flag] = change.op is Op.DELETE
-        if unchanged_column:
+        row[STAGING_FLAG] = change.op is Op.DELETE
+        if partial:
             unchanged = change.unchanged
-            row[unchanged_column] = list(unchanged) if unchanged else None
+            row[UNCHANGED_COLUMNS] = list(unchanged) if unchanged else None
         rows.append(row)
     return rows

@@ -9,6 +9,7 @@ import pytest
 
 from services.iceberg_writer.changes import Change, Op
 from services.iceberg_writer.records import change_of, staging_rows
+from services.iceberg_writer.types import STAGING_FLAG, UNCHANGED_COLUMNS, MetadataColumns
 
 pytestmark = pytest.mark.unit
 
@@ -86,11 +87,8 @@ def test_staging_rows_carry_the_converted_row_its_key_and_the_metadata() -> None
         ],
         ("id",),
         {"opens": str, "missing": str},
-        op_column="_op",
-        position_column="_pos",
-        source_ts_column="_ts",
-        delete_flag="_deleted",
-        unchanged_column="_unchanged",
+        MetadataColumns(op="_op", position="_pos", source_ts="_ts"),
+        partial=True,
     )
     when = dt.datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=dt.UTC)
     assert rows == [
@@ -101,16 +99,16 @@ def test_staging_rows_carry_the_converted_row_its_key_and_the_metadata() -> None
             "_op": "UPDATE",
             "_pos": "0000000000000042",
             "_ts": when,
-            "_deleted": False,
-            "_unchanged": ["note"],
+            STAGING_FLAG: False,
+            UNCHANGED_COLUMNS: ["note"],
         },
         {
             "id": 7,
             "_op": "DELETE",
             "_pos": "0000000000000042",
             "_ts": when,
-            "_deleted": True,
-            "_unchanged": None,
+            STAGING_FLAG: True,
+            UNCHANGED_COLUMNS: None,
         },
     ]
 
@@ -120,10 +118,7 @@ def test_metadata_columns_that_are_off_are_left_out() -> None:
         [change(Op.CREATE, {"id": 7})],
         ("id",),
         {},
-        op_column=None,
-        position_column="_pos",
-        source_ts_column="",
-        delete_flag="_deleted",
-        unchanged_column=None,
+        MetadataColumns(op=None, position="_pos", source_ts=""),
+        partial=False,
     )
-    assert row == {"id": 7, "_pos": "0000000000000042", "_deleted": False}
+    assert row == {"id": 7, "_pos": "0000000000000042", STAGING_FLAG: False}
