@@ -1,13 +1,10 @@
 """The writer's per-record work: a decoded change record to a :class:`Change`, and a batch's
 changes to the staging rows Arrow builds its table from. Pure.
 
-Both run once per change: the first for every record consumed, the second for every change
-a commit keeps. Before, they were inlined in ``Writer._decode`` (an ``Op(...)`` enum call, a
-generator for the key, keyword arguments for the tuple) and ``apply.arrow_batch``. Measured
-on 60,000 records of the benchmark's ``orders`` (``docs/benchmarks/2026-11-27-writer-records``):
-2.1 us per record here against 17.3 us for the compiled Avro decoding before it, and 5.3 us
-per kept change against 4.8 us for Arrow's ``from_pylist`` after it. Compiled with mypyc
-the two took 0.5 us less in all, so they stay plain Python.
+Both run once per change, so they do no per-record lookups they can avoid (the operation by
+a dict, not an enum call). Their cost beside the decoding and Arrow's conversion is in
+docs/benchmarks/HISTORY.md ("2026-11-27, late"); compiling them with mypyc saved too little
+to add them to the compiled build.
 """
 
 from __future__ import annotations
