@@ -275,16 +275,26 @@ def _decimal_writer(schema: dict[str, Any]) -> _Write:
     if type(precision) is not int or type(scale) is not int or scale < 0:
         return _always_fallback
     power = 10**scale
+    limit = 10**precision
+    quantum = _Decimal(1).scaleb(-scale)  # 10**-scale, whose exponent is -scale
 
     def write(out: _Out, value: Any) -> None:
         if type(value) is not _Decimal:
             raise _Fallback
-        _, digits, exponent = value.as_tuple()
-        if type(exponent) is not int or len(digits) > precision or exponent + scale < 0:
-            raise _Fallback
-        # value = numerator / denominator exactly, and denominator divides 10**scale
-        numerator, denominator = value.as_integer_ratio()
-        unscaled = numerator * (power // denominator)
+        if value.same_quantum(quantum):
+            # The exponent is -scale (what the normalizer's converters build), so the
+            # coefficient is the unscaled integer: fastavro's digit check is a bound on it.
+            numerator, denominator = value.as_integer_ratio()
+            unscaled = numerator * (power // denominator)
+            if not -limit < unscaled < limit:
+                raise _Fallback
+        else:
+            _, digits, exponent = value.as_tuple()
+            if type(exponent) is not int or len(digits) > precision or exponent + scale < 0:
+                raise _Fallback
+            # value = numerator / denominator exactly, and denominator divides 10**scale
+            numerator, denominator = value.as_integer_ratio()
+            unscaled = numerator * (power // denominator)
         size = (unscaled.bit_length() + 8) // 8  # bit_length ignores the sign, like fastavro
         out(_length(size))
         out(unscaled.to_bytes(size, "big", signed=True))

@@ -197,6 +197,33 @@ def test_nested_bytes_equal_fastavro_or_the_same_error(data: st.DataObject, sche
     assert encoder_outcome(schema, datum) == fastavro_outcome(schema, datum)
 
 
+@settings(max_examples=400)
+@given(
+    precision=st.integers(1, 38),
+    data=st.data(),
+)
+def test_decimals_at_the_schemas_scale_equal_fastavro_up_to_their_precision(
+    precision: int, data: st.DataObject
+) -> None:
+    """What the converters build (exponent = -scale), around 10**precision, and the same
+    values written at another exponent: the fast path agrees with fastavro, or both refuse."""
+    scale = data.draw(st.integers(0, precision))
+    bound = 10**precision
+    unscaled = data.draw(
+        st.one_of(
+            st.integers(-bound - 2, -bound + 2),
+            st.integers(bound - 2, bound + 2),
+            st.integers(-bound * 10, bound * 10),
+        )
+    )
+    shift = data.draw(st.integers(-2, 2))
+    value = Decimal(f"{unscaled}E{-scale}")
+    other = Decimal(f"{unscaled * 10**shift if shift >= 0 else unscaled}E{-scale - shift}")
+    schema = {"type": "bytes", "logicalType": "decimal", "precision": precision, "scale": scale}
+    for datum in (value, other, -value):
+        assert encoder_outcome(schema, datum) == fastavro_outcome(schema, datum)
+
+
 @given(st.integers(-(2**63), 2**63 - 1))
 def test_longs_are_zigzag_varints(n: int) -> None:
     buffer = io.BytesIO()
