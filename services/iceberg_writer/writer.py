@@ -87,6 +87,7 @@ from shared.events import (
     TopicPartitionOffset,
     Verdict,
 )
+from shared.histograms import observe_many
 from shared.kafka import GroupMembership, consume_ready, last_stable_offsets
 from shared.lease import leased
 
@@ -1039,9 +1040,7 @@ class Writer:
         committed_table = self._store.load(state.name)
         assert committed_table is not None
         freshness = [max(0.0, (now_ms - c.source_ts_ms) / 1000) for c in state.pending]
-        histogram = self.metrics.freshness.labels(state.name)
-        for seconds_fresh in freshness:
-            histogram.observe(seconds_fresh)
+        observe_many(self.metrics.freshness.labels(state.name), freshness)
         for op, count in Counter(change.op for change in plan.changes).items():
             self.metrics.changes_applied.labels(state.name, op.value).inc(count)
         self.metrics.batch_records.labels(state.name).observe(len(state.pending))
