@@ -14,7 +14,7 @@ import json
 import logging
 import time
 from collections import Counter
-from typing import Any
+from typing import Any, NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -37,9 +37,15 @@ from services.cdc_normalizer.pipeline import (
     next_offsets,
     placeholder_datum,
 )
-from services.cdc_normalizer.table_schema import TableSchema, key_schema_text, value_schema_text
+from services.cdc_normalizer.table_schema import (
+    TableId,
+    TableSchema,
+    key_schema_text,
+    value_schema_text,
+)
 from shared.avro import AvroCodec, WireFormatError
 from shared.errors import FatalError, RetryableError
+from shared.histograms import observe_many
 from shared.kafka import (
     GroupMembership,
     consume_ready,
@@ -63,6 +69,32 @@ class _Unwritable(Exception):
         self.reason = reason
         self.error_class = error_class
         self.message = message
+
+
+class _Tally:
+    """What a batch wrote, for the metrics once it is committed: changes per (changes topic,
+    operation) with each topic's table label, and dead letters and skips by reason."""
+
+    __slots__ = ("changes", "other", "tables")
+
+    def __init__(self) -> None:
+        self.changes: dict[tuple[str, Operation], int] = {}
+        self.tables: dict[str, str] = {}
+        self.other: Counter[tuple[str, str]] = Counter()
+
+
+class _Encoding(NamedTuple):
+    """How a changes topic's records were last serialized: for changes whose TableSchema is
+    built from the same ``row`` and ``key`` objects, the same encoders and schema ids."""
+
+    row: object
+    key: object
+    table: TableId
+    value_text: str
+    value_id: int
+    value: AvroEncoder
+    key_id: int
+    key_encoder: AvroEncoder
 
 
 def _now_ms() -> int:
@@ -105,6 +137,7 @@ class NormalizerService:
         self._latest_value_schema: dict[str, str] = {}
         self._lag_topics: set[str] = set()
         self._encoders: dict[str, AvroEncoder] = {}
+        self._encodings: dict[str, _Encoding] = {}
         self._key_texts: dict[str, str] = {}
         self._membership = GroupMembership()
         self._router = Router(
@@ -204,8 +237,10 @@ class NormalizerService:
             raise RetryableError(f"batch aborted, will redo it: {exc}") from exc
         self._metrics.batch_seconds.observe(time.monotonic() - started)
         self._count(records, tally)
-        for seconds in latency_seconds((r.timestamp_ms for r in records), _now_ms()):
-            self._metrics.processing_latency_seconds.observe(seconds)
+        observe_many(
+            self._metrics.processing_latency_seconds,
+            latency_seconds((r.timestamp_ms for r in records), _now_ms()),
+        )
         self._update_lag(consumer)
         return len(records)
 
@@ -230,8 +265,8 @@ class NormalizerService:
 
     def _transact(
         self, consumer: Consumer, producer: Producer, records: list[SourceRecord]
-    ) -> Counter[tuple[str, ...]]:
-        tally: Counter[tuple[str, ...]] = Counter()
+    ) -> _Tally:
+        tally = _Tally()
         producer.begin_transaction()
         routed = [(record, self._router.route(record)) for record in records]
         # New tables' topics in one request: a snapshot starts many tables in one batch.
@@ -250,15 +285,19 @@ class NormalizerService:
                         failed_at_ms=_now_ms(),
                     )
                 else:
+                    changes = tally.changes
                     for change, (key, value) in zip(routing.changes, encoded, strict=True):
                         self._produce(producer, change.topic, key, value, None)
-                        tally[("change", str(change.table), change.op.value)] += 1
+                        counted = (change.topic, change.op)
+                        changes[counted] = changes.get(counted, 0) + 1
+                        if change.topic not in tally.tables:
+                            tally.tables[change.topic] = str(change.table)
                     continue
             if isinstance(routing, DeadLetter):
                 self._produce(producer, routing.topic, routing.key, routing.value, routing.headers)
-                tally[("dead", routing.reason)] += 1
+                tally.other[("dead", routing.reason)] += 1
             else:
-                tally[(routing.reason, record.topic)] += 1
+                tally.other[(routing.reason, record.topic)] += 1
         offsets = [
             TopicPartition(topic, partition, offset)
             for (topic, partition), offset in next_offsets(records).items()
@@ -289,7 +328,10 @@ class NormalizerService:
     ) -> None:
         while True:
             try:
-                producer.produce(topic, value=value, key=key, headers=list(headers or ()))
+                if headers:
+                    producer.produce(topic, value=value, key=key, headers=list(headers))
+                else:
+                    producer.produce(topic, value=value, key=key)
                 return
             except BufferError:
                 producer.poll(0.5)
@@ -324,13 +366,13 @@ class NormalizerService:
             consumer.close()
             self._consumer = None
 
-    def _count(self, records: list[SourceRecord], tally: Counter[tuple[str, ...]]) -> None:
+    def _count(self, records: list[SourceRecord], tally: _Tally) -> None:
         for topic, count in Counter(record.topic for record in records).items():
             self._metrics.records_in.labels(topic=topic).inc(count)
-        for labels, count in tally.items():
-            if labels[0] == "change":
-                self._metrics.changes_out.labels(table=labels[1], op=labels[2]).inc(count)
-            elif labels[0] == "dead":
+        for (topic, op), count in tally.changes.items():
+            self._metrics.changes_out.labels(table=tally.tables[topic], op=op.value).inc(count)
+        for labels, count in tally.other.items():
+            if labels[0] == "dead":
                 self._metrics.dead_letters.labels(reason=labels[1]).inc(count)
             elif labels[0] == "tombstone":
                 self._metrics.tombstones.labels(topic=labels[1]).inc(count)
@@ -415,6 +457,27 @@ class NormalizerService:
     def _encode(self, change: ChangeOut) -> tuple[bytes | None, bytes]:
         """Register the schemas if needed and serialize one change (key, value); its topic
         exists already (``_transact`` creates a batch's new topics first)."""
+        schema = change.schema
+        known = self._encodings.get(change.topic)
+        if (
+            known is not None
+            and schema is not None
+            and known.row is schema.row
+            and known.key is schema.key
+            and known.table.name == schema.table.name
+            and known.table.namespace == schema.table.namespace
+            and change.key is not None
+        ):
+            # The topic's last schema again (a TableSchema per record, built from the same
+            # parts): what _register and _key_text decided for it still holds.
+            self._latest_value_schema[change.topic] = known.value_text
+            try:
+                return (
+                    known.key_encoder.frame(known.key_id, change.key),
+                    known.value.frame(known.value_id, change.value),
+                )
+            except (ValueError, TypeError, KeyError) as exc:
+                raise _Unwritable("unserializable", type(exc).__name__, str(exc)) from exc
         value = dict(change.value)
         if change.schema is not None:
             value_text = value_schema_text(change.schema)
@@ -434,6 +497,17 @@ class NormalizerService:
                 key_text = self._key_text(change.schema)
                 key_id = self._register(f"{change.topic}-key", key_text, None)
                 key_bytes = self._encoder(key_text).frame(key_id, change.key)
+                if change.op is not Operation.TRUNCATE:
+                    self._encodings[change.topic] = _Encoding(
+                        change.schema.row,
+                        change.schema.key,
+                        change.schema.table,
+                        value_text,
+                        value_id,
+                        self._encoder(value_text),
+                        key_id,
+                        self._encoder(key_text),
+                    )
         except (ValueError, TypeError, KeyError) as exc:  # a datum its schema does not accept
             raise _Unwritable("unserializable", type(exc).__name__, str(exc)) from exc
         return key_bytes, value_bytes
