@@ -38,12 +38,36 @@ OPERATION_SYMBOLS = ("CREATE", "UPDATE", "DELETE", "READ", "TRUNCATE")
 _CHANGES_NAMESPACE = "io.icefjord.changes"
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@dataclass(frozen=True, slots=True)
 class TableId:
     """A source table: ``namespace`` (Postgres/SQL Server schema, MySQL database) and ``name``."""
 
     namespace: str
     name: str
+
+    # Written out: mypyc compiles them, the ones dataclass generates stay interpreted, and
+    # every record's TableId is hashed and compared in the plan and topic caches.
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not TableId:
+            return NotImplemented
+        return self.namespace == other.namespace and self.name == other.name
+
+    def __hash__(self) -> int:
+        return hash((self.namespace, self.name))
+
+    # Ordered by (namespace, name), as ``order=True`` would (mypyc's comparison slot leaves
+    # dataclass no room to add them).
+    def __lt__(self, other: TableId) -> bool:
+        return (self.namespace, self.name) < (other.namespace, other.name)
+
+    def __le__(self, other: TableId) -> bool:
+        return (self.namespace, self.name) <= (other.namespace, other.name)
+
+    def __gt__(self, other: TableId) -> bool:
+        return (self.namespace, self.name) > (other.namespace, other.name)
+
+    def __ge__(self, other: TableId) -> bool:
+        return (self.namespace, self.name) >= (other.namespace, other.name)
 
     def __str__(self) -> str:
         return f"{self.namespace}.{self.name}"
