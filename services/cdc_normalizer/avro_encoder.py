@@ -281,20 +281,19 @@ def _decimal_writer(schema: dict[str, Any]) -> _Write:
     def write(out: _Out, value: Any) -> None:
         if type(value) is not _Decimal:
             raise _Fallback
-        if value.same_quantum(quantum):
-            # The exponent is -scale (what the normalizer's converters build), so the
-            # coefficient is the unscaled integer: fastavro's digit check is a bound on it.
-            numerator, denominator = value.as_integer_ratio()
-            unscaled = numerator * (power // denominator)
-            if not -limit < unscaled < limit:
-                raise _Fallback
-        else:
+        if not value.same_quantum(quantum):
+            # An exponent other than -scale (the converters build -scale): fastavro's checks.
             _, digits, exponent = value.as_tuple()
             if type(exponent) is not int or len(digits) > precision or exponent + scale < 0:
                 raise _Fallback
-            # value = numerator / denominator exactly, and denominator divides 10**scale
-            numerator, denominator = value.as_integer_ratio()
-            unscaled = numerator * (power // denominator)
+        # value = numerator / denominator exactly, and denominator divides 10**scale
+        numerator, denominator = value.as_integer_ratio()
+        unscaled = numerator * (power // denominator)
+        # At exponent -scale the coefficient is the unscaled integer, and this bound is
+        # fastavro's digit check; a wider one at another exponent goes to fastavro, which
+        # writes the same bytes.
+        if not -limit < unscaled < limit:
+            raise _Fallback
         size = (unscaled.bit_length() + 8) // 8  # bit_length ignores the sign, like fastavro
         out(_length(size))
         out(unscaled.to_bytes(size, "big", signed=True))
