@@ -169,14 +169,63 @@ def _bytes(schema: ConnectSchema) -> Converter:
 
 
 def _decimal_string(schema: ConnectSchema) -> Converter:
+    """A Connect Decimal's base64 (its scale a schema parameter) and a VariableScaleDecimal's
+    ``{"scale", "value"}`` are an unscaled integer and a scale: their text is written from
+    the integer's digits. Anything else, and any scale past ``_TEXT_SCALE_LIMIT``, takes the
+    general path through a ``Decimal``."""
     optional = schema.optional
+    bytes_scale: int | None = None
+    if schema.name == LogicalName.DECIMAL:
+        try:
+            bytes_scale = int(schema.param("scale") or 0)
+        except ValueError:  # the general path raises it per value
+            bytes_scale = None
 
     def convert(value: Any, where: str) -> Any:
-        if value is None:
+        kind = type(value)
+        data = b""
+        scale = bytes_scale
+        if (kind is str or kind is bytes) and scale is not None:
+            data = _unscaled_data(value)
+        elif kind is dict:
+            scale = value.get("scale")
+            if type(scale) is int:
+                data = _unscaled_data(value.get("value"))
+        elif value is None:
             return None if optional else convert_value(schema, value, where)
+        if data and scale is not None and -_TEXT_SCALE_LIMIT <= scale <= _TEXT_SCALE_LIMIT:
+            return _decimal_text(int.from_bytes(data, "big", signed=True), scale)
         return _to_decimal_string(schema, value, where)
 
     return convert
+
+
+_TEXT_SCALE_LIMIT = 1000
+
+
+def _unscaled_data(raw: Any) -> bytes:
+    """The bytes of unscaled bytes or of their base64 text; empty when that is not certain
+    (the general path then decides)."""
+    kind = type(raw)
+    if kind is bytes:
+        return raw  # type: ignore[no-any-return]
+    if kind is str:
+        try:
+            return _a2b_base64(raw, strict_mode=True)
+        except (binascii.Error, ValueError):
+            return b""
+    return b""
+
+
+def _decimal_text(unscaled: int, scale: int) -> str:
+    """``format(Decimal((sign, digits of unscaled, -scale)), "f")``, written directly."""
+    if scale <= 0:
+        return "0" if unscaled == 0 else f"{unscaled}{'0' * -scale}"
+    digits = str(-unscaled if unscaled < 0 else unscaled)
+    if len(digits) <= scale:
+        digits = "0" * (scale + 1 - len(digits)) + digits
+    sign = "-" if unscaled < 0 else ""
+    return f"{sign}{digits[:-scale]}.{digits[-scale:]}"
 
 
 def _decimal(schema: ConnectSchema, precision: int, scale: int) -> Converter:

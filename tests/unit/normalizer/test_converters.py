@@ -339,3 +339,46 @@ def test_an_unreadable_decimal_schema_raises_per_value_like_convert_value() -> N
     assert compiled(None, "c") is None
     assert outcome(compiled, "AQ==", "c") == outcome(convert_value, schema, "AQ==", "c")
     assert outcome(compiled, "AQ==", "c")[0] == "raised"
+
+
+_VARIABLE_SCALE = ConnectSchema(
+    ConnectKind.STRUCT,
+    optional=True,
+    name=LogicalName.VARIABLE_SCALE_DECIMAL.value,
+    fields=(
+        ConnectField("scale", ConnectSchema(ConnectKind.INT32)),
+        ConnectField("value", ConnectSchema(ConnectKind.BYTES)),
+    ),
+)
+
+
+def _unscaled_forms(unscaled: int) -> st.SearchStrategy[Any]:
+    raw = twos_complement(unscaled)
+    return st.sampled_from([raw, _b64(raw), _b64(raw) + "\n", b"", "", "A==="])
+
+
+@settings(max_examples=400)
+@given(
+    data=st.data(),
+    unscaled=st.one_of(st.integers(-1000, 1000), st.integers(-(10**45), 10**45)),
+    scale=st.one_of(st.integers(-6, 40), st.sampled_from([-1001, -1000, 1000, 1001])),
+    optional=st.booleans(),
+)
+def test_decimal_text_without_a_precision_equals_convert_value(
+    data: st.DataObject, unscaled: int, scale: int, optional: bool
+) -> None:
+    """A Connect Decimal without a precision (PostgreSQL's money, an unconstrained numeric)
+    and a VariableScaleDecimal become text: written from the unscaled integer's digits on the
+    fast path, through a Decimal otherwise; both give the same text or the same error."""
+    form = data.draw(_unscaled_forms(unscaled))
+    money = ConnectSchema(
+        ConnectKind.BYTES,
+        optional=optional,
+        name=LogicalName.DECIMAL.value,
+        parameters=(("scale", str(scale)),),
+    )
+    assert_sameoutcome(money, form)
+    assert_sameoutcome(money, data.draw(JUNK))
+    scale_value = data.draw(st.one_of(st.just(scale), st.booleans(), st.text(max_size=2)))
+    assert_sameoutcome(_VARIABLE_SCALE, {"scale": scale_value, "value": form})
+    assert_sameoutcome(_VARIABLE_SCALE, data.draw(JUNK))
