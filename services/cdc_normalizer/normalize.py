@@ -329,25 +329,54 @@ def _source_text(value: Any) -> str:
 
 
 def _source_map(envelope: Envelope, origin: Origin, kind: str) -> dict[str, str]:
-    """Every non-null source field as text plus the origin coordinates, sorted by name."""
-    mapped = {
-        k: v if type(v) is str else _source_text(v)
-        for k, v in envelope.source.items()
-        if v is not None
-    }
-    mapped["position_kind"] = kind
-    mapped["origin_topic"] = origin.topic
-    mapped["origin_partition"] = str(origin.partition)
-    mapped["origin_offset"] = str(origin.offset)
-    if origin.timestamp_ms is not None:
-        mapped["origin_timestamp_ms"] = str(origin.timestamp_ms)
-    return {name: mapped[name] for name in _sorted_names(tuple(mapped))}
+    """Every non-null source field as text plus the origin coordinates, sorted by name (an
+    origin coordinate wins over a source field of the same name)."""
+    source = envelope.source
+    stamped = origin.timestamp_ms is not None
+    names = tuple(source)
+    order = _SOURCE_ORDERS.get((names, stamped))
+    if order is None:
+        order = _source_order(names, stamped)
+    coordinates = (
+        kind,
+        origin.topic,
+        str(origin.partition),
+        str(origin.offset),
+        str(origin.timestamp_ms) if stamped else "",
+    )
+    mapped: dict[str, str] = {}
+    for name, coordinate in order:
+        if coordinate >= 0:
+            mapped[name] = coordinates[coordinate]
+        else:
+            value = source[name]
+            if value is not None:
+                mapped[name] = value if type(value) is str else _source_text(value)
+    return mapped
 
 
-@functools.lru_cache(maxsize=1024)
-def _sorted_names(names: tuple[str, ...]) -> tuple[str, ...]:
-    """The names sorted; the source blocks of one connector repeat the same few name sets."""
-    return tuple(sorted(names))
+_ORIGIN_NAMES = (
+    "position_kind",
+    "origin_topic",
+    "origin_partition",
+    "origin_offset",
+    "origin_timestamp_ms",
+)
+# (source field names in their order, origin timestamp present) -> every name of the map in
+# sorted order, each with its coordinate's index (-1: the source field). The source blocks
+# of one connector repeat the same few name sets.
+_SOURCE_ORDERS: dict[tuple[tuple[str, ...], bool], tuple[tuple[str, int], ...]] = {}
+
+
+def _source_order(names: tuple[str, ...], stamped: bool) -> tuple[tuple[str, int], ...]:
+    where = dict.fromkeys(names, -1)
+    for index, name in enumerate(_ORIGIN_NAMES if stamped else _ORIGIN_NAMES[:-1]):
+        where[name] = index
+    order = tuple(sorted(where.items()))
+    if len(_SOURCE_ORDERS) >= 1024:
+        _SOURCE_ORDERS.clear()
+    _SOURCE_ORDERS[(names, stamped)] = order
+    return order
 
 
 def _tx_id(envelope: Envelope) -> str | None:

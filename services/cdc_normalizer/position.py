@@ -91,7 +91,14 @@ def format_position(components: tuple[int, ...]) -> str:
     Raises :class:`InvalidPosition` for a negative component or one of 21+ digits.
     """
     _check_range(components)
-    return ".".join([f"{component:020d}" for component in components])
+    template = _TEMPLATES.get(len(components))
+    if template is None:
+        return ".".join([f"{component:020d}" for component in components])
+    return template % components
+
+
+# "%020d.%020d.%020d" % components: one formatting call instead of one per component.
+_TEMPLATES = {n: ".".join([f"%0{POSITION_DIGITS}d"] * n) for n in range(1, 9)}
 
 
 def _check_range(components: tuple[int, ...]) -> None:
