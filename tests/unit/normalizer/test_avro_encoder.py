@@ -231,6 +231,18 @@ def test_longs_are_zigzag_varints(n: int) -> None:
     assert encode_long(n) == buffer.getvalue()
 
 
+def test_longs_at_every_varint_length_boundary_are_zigzag_varints() -> None:
+    """Each zigzag value ``2**(7k)`` starts a varint one byte longer; ``2**56`` is where the
+    encoder's gathered-integer path ends."""
+    edges = {0, 2**63 - 1, -(2**63)}
+    for bits in range(7, 64, 7):
+        for zigzag in (2**bits - 1, 2**bits, 2**bits + 1):
+            edges |= {zigzag >> 1, -((zigzag + 1) >> 1)}  # the longs whose zigzag is near
+    for n in sorted(edges):
+        if -(2**63) <= n < 2**63:
+            test_longs_are_zigzag_varints.hypothesis.inner_test(n)
+
+
 def test_frame_is_the_confluent_wire_format() -> None:
     encoder = AvroEncoder(
         {"type": "record", "name": "K", "fields": [{"name": "id", "type": "long"}]}
