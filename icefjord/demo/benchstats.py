@@ -288,6 +288,23 @@ class PhaseResult:
         count = self.snapshot_rows if self.kind == "snapshot" else self.figures.source_changes
         return count / self.seconds if self.seconds > 0 and self.caught_up else None
 
+    @property
+    def sustained_rate(self) -> float | None:
+        """The source's rate, if the pipeline kept pace with it: the phase caught up and its
+        backlog was gone within ``SUSTAINED_GOAL_P99_S`` of the source stopping. None for a
+        snapshot, a phase that did not catch up, or one whose backlog outlasted the bound.
+
+        This is the sustainable throughput of stream-processing benchmarks, a load carried
+        without a growing backlog. ``end_to_end_rate`` charges the phase with its last
+        changes' latency as well (the drain), so it stays below the offered rate however
+        fast the pipeline is: at 10,000/s offered for 120 s, a 1.5 s drain gives 9,877/s.
+        """
+        if self.kind == "snapshot" or not self.caught_up:
+            return None
+        if self.drain_seconds > SUSTAINED_GOAL_P99_S:
+            return None
+        return self.achieved_source_rate
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -300,6 +317,40 @@ class Verdict:
 
 def _fmt_s(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} s"
+
+
+def _sustained_verdict(phases: Sequence[PhaseResult]) -> Verdict:
+    """The sustained goal, judged on the rate and max phases that caught up: the best
+    ``sustained_rate`` of a phase whose p99 is within 15 s; without one, the best
+    ``end_to_end_rate`` and why it does not count."""
+    goal = ">= 10,000 changes/s sustained end to end, p99 freshness <= 15 s"
+    streaming = [p for p in phases if p.kind in ("rate", "max") and p.end_to_end_rate is not None]
+    if not streaming:
+        return Verdict(goal, "not measured", None)
+    kept = [p for p in streaming if p.sustained_rate is not None]
+    good = [p for p in kept if p99_at_most(p.figures.freshness, SUSTAINED_GOAL_P99_S)]
+    if good:
+        best = max(good, key=lambda p: p.sustained_rate or 0.0)
+        rate = best.sustained_rate or 0.0
+        return Verdict(
+            goal,
+            f"{rate:,.0f} changes/s sustained in {best.name} (drained in "
+            f"{best.drain_seconds:.1f} s; end to end {best.end_to_end_rate or 0.0:,.0f}/s), "
+            f"p99 {_fmt_s(best.figures.p99_s)}",
+            rate >= SUSTAINED_GOAL_CHANGES_S,
+        )
+    best = max(streaming, key=lambda p: p.end_to_end_rate or 0.0)
+    why = (
+        "no phase kept p99 <= 15 s"
+        if not any(p99_at_most(p.figures.freshness, SUSTAINED_GOAL_P99_S) for p in streaming)
+        else "no phase with p99 <= 15 s drained within 15 s"
+    )
+    return Verdict(
+        goal,
+        f"{best.end_to_end_rate or 0.0:,.0f} changes/s end to end in {best.name}, "
+        f"p99 {_fmt_s(best.figures.p99_s)} ({why})",
+        False,
+    )
 
 
 def goal_verdicts(phases: Sequence[PhaseResult]) -> list[Verdict]:
@@ -317,23 +368,7 @@ def goal_verdicts(phases: Sequence[PhaseResult]) -> list[Verdict]:
                 rate >= SNAPSHOT_GOAL_ROWS_S,
             )
         )
-    streaming = [p for p in phases if p.kind in ("rate", "max") and p.end_to_end_rate is not None]
-    good = [p for p in streaming if p99_at_most(p.figures.freshness, SUSTAINED_GOAL_P99_S)]
-    goal = ">= 10,000 changes/s sustained end to end, p99 freshness <= 15 s"
-    if not streaming:
-        out.append(Verdict(goal, "not measured", None))
-    else:
-        pool = good or streaming
-        best = max(pool, key=lambda p: p.end_to_end_rate or 0.0)
-        rate = best.end_to_end_rate or 0.0
-        out.append(
-            Verdict(
-                goal,
-                f"{rate:,.0f} changes/s in {best.name}, p99 {_fmt_s(best.figures.p99_s)}"
-                + ("" if good else " (no phase kept p99 <= 15 s)"),
-                bool(good) and rate >= SUSTAINED_GOAL_CHANGES_S,
-            )
-        )
+    out.append(_sustained_verdict(phases))
     low = [p for p in phases if p.kind == "rate" and p.offered_rate == LOW_RATE]
     goal = "at 1,000 changes/s, p99 freshness <= 5 s"
     if not low:

@@ -193,6 +193,7 @@ def print_bench(result: BenchResult, console: Console) -> None:
         "changes",
         "applied/s",
         "e2e/s",
+        "sustained/s",
         "p50 s",
         "p99 s",
         "<=5 s",

@@ -101,6 +101,13 @@ def test_markdown_has_goals_phases_machine_and_verdict() -> None:
     assert rows[1].endswith("**missed** |") and "in 1,000/s" in rows[1]
     assert rows[2].endswith("**met** |")
     assert "| max | max |" in text
+    # Both phases drained within 15 s: each sustained its source's rate.
+    header = next(line for line in text.splitlines() if line.startswith("| phase |"))
+    rate_row = next(line for line in text.splitlines() if line.startswith("| 1,000/s |"))
+    columns = [c.strip() for c in header.split("|")]
+    cells = dict(zip(columns, (c.strip() for c in rate_row.split("|")), strict=True))
+    assert cells["sustained/s"] == cells["source/s"] == "1,036"
+    assert cells["end to end/s"] == "1,000"
     assert "cores: 2" in text and "3.25 / 2.00 / 1.00" in text
     assert "- normalizer and writer: compiled with mypyc" in text
     assert "`icefjord bench pipeline --rates 1000`" in text

@@ -235,6 +235,30 @@ def test_a_phase_that_did_not_catch_up_has_no_end_to_end_rate() -> None:
     assert goal_verdicts([phase])[1].met is None
 
 
+def test_the_sustained_rate_is_the_source_rate_the_pipeline_kept_pace_with() -> None:
+    # 10,000/s offered for 120 s and drained in 1.5 s: end to end below 10,000/s, as it
+    # would be for any pipeline with a latency, but the load was carried.
+    kept = _phase("rate", rate=10_000.0, changes=1_200_000, source_s=120.0, drain_s=1.5)
+    assert kept.end_to_end_rate == pytest.approx(1_200_000 / 121.5)
+    assert kept.sustained_rate == pytest.approx(10_000.0)
+    verdict = goal_verdicts([kept])[1]
+    assert verdict.met is True
+    assert "10,000 changes/s sustained in rate" in verdict.measured
+    assert "end to end 9,877/s" in verdict.measured
+    # A backlog that outlasts the 15 s bound was not kept pace with, whatever its p99.
+    behind = _phase("rate", rate=10_000.0, changes=1_200_000, source_s=120.0, drain_s=15.5)
+    assert behind.sustained_rate is None
+    verdict = goal_verdicts([behind])[1]
+    assert verdict.met is False
+    assert "no phase with p99 <= 15 s drained within 15 s" in verdict.measured
+    # Kept pace, but below the goal's rate.
+    slow = _phase("rate", rate=9_000.0, changes=1_080_000, source_s=120.0, drain_s=1.0)
+    assert goal_verdicts([slow])[1].met is False
+    # A phase that did not catch up, or a snapshot, has none.
+    assert _phase("rate", rate=10.0, changes=600, caught_up=False).sustained_rate is None
+    assert _phase("snapshot", source_s=0.0, rows=10).sustained_rate is None
+
+
 def test_source_counter_counts_executed_transactions() -> None:
     planner = Planner(WorkloadSpec(initial_rows=0, seed=3))
     plan = list(planner.steady(1000.0, 1.0))
@@ -283,7 +307,8 @@ def test_a_warm_up_phase_is_judged_against_no_goal() -> None:
     steady = _phase("rate", rate=1000.0, changes=60_000)
     verdicts = goal_verdicts([warm_up, steady])
     assert verdicts[2].met is True
-    assert verdicts[1].measured.endswith("in rate, p99 " + f"{steady.figures.p99_s:.1f} s")
+    assert "sustained in rate " in verdicts[1].measured
+    assert verdicts[1].measured.endswith(f"p99 {steady.figures.p99_s:.1f} s")
     # Without the steady phase the 1,000/s goal is not measured, never taken from the warm-up.
     alone = goal_verdicts([warm_up])
     assert alone[1].met is None and alone[2].met is None
