@@ -450,7 +450,7 @@ def plot(report: BenchReport, path: Path) -> None:
         points = [(x, v) for x, v in zip(t, values, strict=True) if v is not None]
         fresh.plot([x for x, _ in points], [v for _, v in points], style, markersize=3, label=label)
     fresh.axhline(LOW_RATE_GOAL_P99_S, color="green", linestyle=":", label="5 s goal (1,000/s)")
-    fresh.axhline(SUSTAINED_GOAL_P99_S, color="red", linestyle=":", label="15 s goal (max)")
+    fresh.axhline(SUSTAINED_GOAL_P99_S, color="red", linestyle=":", label="15 s goal (10,000/s)")
     fresh.set_ylabel("freshness s (per ~2 s window)")
     fresh.legend(loc="upper left", fontsize=8)
     points = [(s.t, s.data_files) for s in report.samples if s.data_files is not None]
