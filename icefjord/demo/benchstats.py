@@ -327,8 +327,11 @@ def _sustained_verdict(phases: Sequence[PhaseResult]) -> Verdict:
     streaming = [p for p in phases if p.kind in ("rate", "max") and p.end_to_end_rate is not None]
     if not streaming:
         return Verdict(goal, "not measured", None)
-    kept = [p for p in streaming if p.sustained_rate is not None]
-    good = [p for p in kept if p99_at_most(p.figures.freshness, SUSTAINED_GOAL_P99_S)]
+    good = [
+        p
+        for p in streaming
+        if p.sustained_rate is not None and p99_at_most(p.figures.freshness, SUSTAINED_GOAL_P99_S)
+    ]
     if good:
         best = max(good, key=lambda p: p.sustained_rate or 0.0)
         rate = best.sustained_rate or 0.0
