@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 from pyspark.sql import SparkSession
 
-from shared.catalog import catalog_properties, open_catalog, spark_catalog_conf
+from shared.catalog import catalog_properties, is_secret, open_catalog, spark_catalog_conf
 from shared.settings import CatalogSettings
 
 log = logging.getLogger(__name__)
@@ -73,14 +73,22 @@ def build_spark_session(
         open_catalog(catalog)  # creates the JDBC catalog's tables if they are missing
     if jars:
         builder = builder.config("spark.jars", ",".join(jars))
-    for key, value in spark_catalog_conf(catalog.name, properties).items():
-        builder = builder.config(key, value)
+    catalog_conf = spark_catalog_conf(catalog.name, properties)
+    # pyspark starts its JVM with every builder setting as a `--conf` argument, readable by
+    # anyone in /proc/<pid>/cmdline: secrets are set on the session once it runs instead
+    # (a catalog reads its settings when first used).
+    secrets = {k: v for k, v in catalog_conf.items() if is_secret(k)}
+    for key, value in catalog_conf.items():
+        if key not in secrets:
+            builder = builder.config(key, value)
     if spark.java_options:
         builder = builder.config("spark.driver.defaultJavaOptions", spark.java_options)
         builder = builder.config("spark.executor.defaultJavaOptions", spark.java_options)
     for key, value in spark.conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
+    for key, value in secrets.items():
+        session.conf.set(key, value)
     session.sparkContext.setLogLevel("WARN")
     log.info("spark session ready", extra={"master": spark.master, "catalog": catalog.name})
     return session

@@ -2,7 +2,9 @@
 
 By default the session starts its own stack (Kafka, Apicurio, Iceberg JDBC catalog) in a
 temporary state directory on free ports, reusing the download cache, and stops it at the
-end. To test against an existing stack instead, set ``ICEFJORD_TEST_BOOTSTRAP_SERVERS`` and
+end. ``ICEFJORD_TEST_STORAGE=s3`` makes it the production layout instead: the warehouse on
+the stack's S3 server (SeaweedFS) and the catalog in its PostgreSQL. To test against an
+existing stack instead, set ``ICEFJORD_TEST_BOOTSTRAP_SERVERS`` and
 ``ICEFJORD_TEST_REGISTRY_URL`` (and pyiceberg's ``PYICEBERG_CATALOG__ICEFJORD__*``).
 Each test gets its own topics, subjects and tables from the factory fixtures.
 """
@@ -10,6 +12,7 @@ Each test gets its own topics, subjects and tables from the factory fixtures.
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -49,6 +52,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         kafka_port=free_port(),
         kafka_controller_port=free_port(),
         registry_port=free_port(),
+        **_storage_settings(os.environ.get("ICEFJORD_TEST_STORAGE", "file")),
     )
     local = LocalStack(settings)
     try:
@@ -62,6 +66,28 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         )
     finally:
         local.down()
+
+
+def _storage_settings(storage: str) -> dict[str, Any]:
+    """LocalSettings for the warehouse and catalog under test, on free ports."""
+    if storage == "file":
+        return {}
+    if storage != "s3":
+        raise pytest.UsageError(f"ICEFJORD_TEST_STORAGE={storage!r}: use file or s3")
+    ports = (
+        "s3_port s3_master_port s3_volume_port s3_filer_port s3_grpc_port "
+        "s3_master_grpc_port s3_volume_grpc_port s3_filer_grpc_port postgres_port"
+    )
+    # Under /tmp, open to others: started by root, PostgreSQL runs as `postgres` and must
+    # reach its directory (pytest's own tmp dirs are 0700).
+    home = Path(tempfile.mkdtemp(prefix="icefjord-catalog-"))
+    home.chmod(0o755)
+    return {
+        "warehouse_store": "s3",
+        "catalog_store": "postgres",
+        "postgres_dir": home / "pg",
+        **{name: free_port() for name in ports.split()},
+    }
 
 
 @pytest.fixture

@@ -63,6 +63,8 @@ def dist_for(settings: LocalSettings) -> Dist:
         spark_jars=(
             spark_dir / f"iceberg-spark-runtime-3.5_2.12-{settings.iceberg_version}.jar",
             *sorted(spark_dir.glob("sqlite-jdbc-*.jar"))[:1],
+            *sorted(spark_dir.glob("postgresql-*.jar"))[:1],
+            spark_dir / f"iceberg-aws-bundle-{settings.iceberg_version}.jar",
         ),
         localfs_jar=localfs_jar_for(settings),
     )

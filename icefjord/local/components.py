@@ -241,7 +241,12 @@ class ApicurioRegistry:
 
 
 class IcebergCatalog:
-    """The JDBC catalog on SQLite shared by Spark's JdbcCatalog and pyiceberg's SqlCatalog."""
+    """The JDBC catalog shared by Spark's JdbcCatalog and pyiceberg's SqlCatalog: on SQLite
+    under the state directory, or on the stack's PostgreSQL (``catalog_store``).
+
+    Its properties are written to ``<state_dir>/catalog/properties.json`` (mode 600), where
+    ``shared.catalog`` finds them for any process given the state directory, so the
+    services, the CLI and other engines see one catalog however it is configured."""
 
     name = "catalog"
 
@@ -250,39 +255,53 @@ class IcebergCatalog:
         self.dist = dist
 
     def address(self) -> str:
-        return f"sqlite:///{self.settings.catalog_db}?timeout=30"
+        return self.settings.catalog_uri
 
     def properties(self) -> dict[str, str]:
-        return {
-            "type": "sql",
-            "uri": self.address(),
-            "warehouse": self.settings.warehouse.as_uri(),
-        }
+        return self.settings.catalog_properties()
 
     def start(self) -> None:
-        self.settings.catalog_db.parent.mkdir(parents=True, exist_ok=True)
-        self.settings.warehouse.mkdir(parents=True, exist_ok=True)
+        s = self.settings
+        s.catalog_db.parent.mkdir(parents=True, exist_ok=True)
+        if s.warehouse_store == "file":
+            s.warehouse.mkdir(parents=True, exist_ok=True)
+        if s.catalog_store == "postgres":
+            from icefjord.local.postgres import PostgresCluster
+
+            cluster = PostgresCluster(s)
+            if not cluster.running():
+                cluster.start()
+            cluster.ensure_database(s.catalog_database)
+        s.catalog_file.touch(mode=0o600, exist_ok=True)
+        s.catalog_file.write_text(json.dumps(self.properties(), indent=2))
         from pyiceberg.catalog.sql import SqlCatalog
 
         # Creating the catalog creates its tables (the JDBC catalog's V1 layout) if missing.
-        SqlCatalog(self.settings.catalog_name, **self.properties())
+        SqlCatalog(s.catalog_name, **self.properties())
 
     def stop(self) -> bool:
+        """Nothing of its own to stop (PostgreSQL stops with the demo's components)."""
         return False
 
     def check(self) -> Health:
-        if not self.settings.catalog_db.exists():
+        s = self.settings
+        if s.catalog_store == "sqlite" and not s.catalog_db.exists():
             return Health(self.name, self.address(), False, "not created")
         from pyiceberg.catalog.sql import SqlCatalog
 
         try:
-            catalog = SqlCatalog(self.settings.catalog_name, **self.properties())
+            catalog = SqlCatalog(s.catalog_name, **self.properties())
             namespaces = catalog.list_namespaces()
             tables = sum(len(catalog.list_tables(ns)) for ns in namespaces)
         except Exception as exc:
             return Health(self.name, self.address(), False, f"unreadable: {exc}")
+        where = "PostgreSQL" if s.catalog_store == "postgres" else "SQLite"
         return Health(
-            self.name, self.address(), True, f"{len(namespaces)} namespaces, {tables} tables"
+            self.name,
+            self.address(),
+            True,
+            f"JDBC on {where}, {len(namespaces)} namespaces, {tables} tables, "
+            f"warehouse {s.warehouse_uri}",
         )
 
     def log_tail(self) -> str:

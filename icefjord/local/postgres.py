@@ -260,8 +260,13 @@ class PostgresCluster:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _ensure_database(self, bin_dir: Path) -> None:
-        database = self.settings.postgres_database
+    def ensure_database(self, database: str) -> None:
+        """Create ``database`` in the running cluster if it is missing (the Iceberg
+        catalog's, beside the demo's source database)."""
+        self._ensure_database(find_bin_dir(self.settings.postgres_bin_dir), database)
+
+    def _ensure_database(self, bin_dir: Path, database: str | None = None) -> None:
+        database = database or self.settings.postgres_database
         if not re.fullmatch(r"[a-z_][a-z0-9_]*", database):
             raise PostgresError(f"database name {database!r}: use lower-case letters, digits, _")
         rows = self.query(bin_dir, f"SELECT 1 FROM pg_database WHERE datname = '{database}'")

@@ -75,12 +75,13 @@ def installed(spec: ServiceSpec) -> bool:
 
 
 def catalog_env(settings: LocalSettings) -> dict[str, str]:
-    """The local JDBC-on-SQLite catalog in pyiceberg's environment convention."""
+    """The local stack's catalog in pyiceberg's environment convention
+    (``s3.access-key-id`` is ``..._S3__ACCESS_KEY_ID``). An environment, not arguments:
+    a process's command line is readable by every user, its environment only by its own."""
     prefix = f"PYICEBERG_CATALOG__{settings.catalog_name.upper()}__"
     return {
-        f"{prefix}TYPE": "sql",
-        f"{prefix}URI": f"sqlite:///{settings.catalog_db}?timeout=30",
-        f"{prefix}WAREHOUSE": settings.warehouse.as_uri(),
+        prefix + key.replace(".", "__", 1).replace("-", "_").upper(): value
+        for key, value in settings.running_catalog_properties().items()
     }
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -34,6 +36,31 @@ class LocalSettings(BaseSettings):
     registry_heap: str = "512m"
     start_timeout_s: float = 120.0
     catalog_name: str = "icefjord"
+    # Where tables live and which catalog lists them. The defaults start in seconds with
+    # nothing to build; `s3` builds SeaweedFS once (about 10 CPU minutes, cached) and runs
+    # it as the stack's S3 server; `postgres` keeps the catalog in the stack's PostgreSQL.
+    warehouse_store: Literal["file", "s3"] = Field(
+        default="file", description="file: <state_dir>/warehouse; s3: the local S3 server."
+    )
+    catalog_store: Literal["sqlite", "postgres"] = Field(
+        default="sqlite", description="The JDBC catalog's database."
+    )
+    s3_port: int = 8333
+    s3_master_port: int = 9333
+    s3_volume_port: int = 9340
+    s3_filer_port: int = 8888
+    # SeaweedFS's gRPC ports (its own default is each HTTP port + 10000).
+    s3_grpc_port: int = 18333
+    s3_master_grpc_port: int = 19333
+    s3_volume_grpc_port: int = 19340
+    s3_filer_grpc_port: int = 18888
+    s3_bucket: str = "icefjord"
+    s3_access_key: str = "icefjord"
+    s3_secret_key: SecretStr = SecretStr("icefjord-local-secret")
+    s3_region: str = "us-east-1"
+    seaweedfs_module: str = "github.com/seaweedfs/seaweedfs"
+    seaweedfs_version: str = "v0.0.0-20261109003541-7506e5f91cd6"
+    catalog_database: str = "icefjord_catalog"
     # The demo's CDC source (icefjord.local.postgres / .connect); unused by `local up`.
     postgres_port: int = Field(default=5433, description="5433: clear of a system 5432.")
     postgres_dir: Path | None = Field(
@@ -100,3 +127,52 @@ class LocalSettings(BaseSettings):
     @property
     def warehouse(self) -> Path:
         return self.state / "warehouse"
+
+    @property
+    def s3_endpoint(self) -> str:
+        return f"http://{self.host}:{self.s3_port}"
+
+    @property
+    def warehouse_uri(self) -> str:
+        """Where the catalog puts new tables: the local folder or the local bucket."""
+        if self.warehouse_store == "s3":
+            return f"s3://{self.s3_bucket}/warehouse"
+        return self.warehouse.as_uri()
+
+    @property
+    def catalog_uri(self) -> str:
+        """The JDBC catalog as a SQLAlchemy URL (pyiceberg's ``uri``)."""
+        if self.catalog_store == "postgres":
+            return (
+                f"postgresql+psycopg2://{self.postgres_user}@{self.host}:{self.postgres_port}"
+                f"/{self.catalog_database}"
+            )
+        return f"sqlite:///{self.catalog_db}?timeout=30"
+
+    @property
+    def catalog_file(self) -> Path:
+        """Where ``local up`` writes the catalog's properties (``shared.catalog`` reads them)."""
+        return self.state / "catalog" / "properties.json"
+
+    def running_catalog_properties(self) -> dict[str, str]:
+        """The properties of the catalog the running stack was started with (a demo may
+        move PostgreSQL's port for its source; the catalog stays where it was)."""
+        if self.catalog_file.is_file():
+            return {str(k): str(v) for k, v in json.loads(self.catalog_file.read_text()).items()}
+        return self.catalog_properties()
+
+    def catalog_properties(self) -> dict[str, str]:
+        """The local catalog's properties, pyiceberg's names (Spark's side translates them,
+        ``shared.catalog.spark_catalog_conf``)."""
+        properties = {"type": "sql", "uri": self.catalog_uri, "warehouse": self.warehouse_uri}
+        if self.warehouse_store == "s3":
+            properties.update(
+                {
+                    "s3.endpoint": self.s3_endpoint,
+                    "s3.access-key-id": self.s3_access_key,
+                    "s3.secret-access-key": self.s3_secret_key.get_secret_value(),
+                    "client.region": self.s3_region,
+                    "s3.path-style-access": "true",
+                }
+            )
+        return properties

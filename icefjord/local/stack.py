@@ -18,6 +18,7 @@ from icefjord.local.components import (
     port_open,
 )
 from icefjord.local.connect import KafkaConnect
+from icefjord.local.objectstore import ObjectStore, ObjectStoreError, ensure_weed
 from icefjord.local.postgres import PostgresCluster
 from icefjord.local.services import service_processes
 from icefjord.local.settings import LocalSettings
@@ -57,11 +58,16 @@ class LocalStack:
         self.settings = settings
 
     def components(self, dist: Dist | None = None) -> list[Component]:
-        """In start order: the broker first (the registry does not need it, but users do)."""
+        """In start order: the broker first (the registry does not need it, but users do);
+        the S3 server, when the warehouse is there, before the catalog that points at it."""
         d = dist if dist is not None else dist_for(self.settings)
+        store: list[Component] = []
+        if self.settings.warehouse_store == "s3":
+            store.append(ObjectStore(self.settings))
         return [
             KafkaBroker(self.settings, d),
             ApicurioRegistry(self.settings, d),
+            *store,
             IcebergCatalog(self.settings, d),
             SparkRuntime(self.settings, d),
         ]
@@ -74,6 +80,11 @@ class LocalStack:
         """
         began = time.monotonic()
         dist = ensure_artifacts(self.settings, progress)
+        if self.settings.warehouse_store == "s3":
+            try:
+                ensure_weed(self.settings, progress)
+            except ObjectStoreError as exc:
+                raise StartError(f"s3 could not be built: {exc}") from exc
         started: list[str] = []
         already: list[str] = []
         components = self.components(dist)
@@ -98,7 +109,11 @@ class LocalStack:
     def _refuse_foreign_port(self, component: Component) -> None:
         """A port held by something we did not start would make the start fail obscurely."""
         s = self.settings
-        ports = {"kafka": [s.kafka_port, s.kafka_controller_port], "registry": [s.registry_port]}
+        ports = {
+            "kafka": [s.kafka_port, s.kafka_controller_port],
+            "registry": [s.registry_port],
+            "s3": [s.s3_port, s.s3_master_port, s.s3_volume_port, s.s3_filer_port],
+        }
         for port in ports.get(component.name, []):
             if port_open(s.host, port):
                 raise StartError(
