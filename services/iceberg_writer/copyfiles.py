@@ -8,19 +8,16 @@ metadata columns' constant values added, columns in the table's order with its f
 written once as the table's data file, and all of them are committed in ONE append through
 Iceberg's Java API, with the same snapshot summary as any commit.
 
-Only for what a plain data file can hold: an unpartitioned table whose location is on the
-local file system (where Arrow writes). Anything else takes the Spark path, which also
-handles a table that already holds rows (an anti-join, so no key goes in twice).
+Only for what a plain data file can hold: an unpartitioned table on storage the writer can
+write (``files.py``: the local file system or S3). Anything else takes the Spark path,
+which also handles a table that already holds rows (an anti-join, so no key goes in twice).
 """
 
 from __future__ import annotations
 
-import os
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import urlparse
 
 import numpy as np
 import pyarrow as pa
@@ -29,14 +26,15 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema
 from pyspark.sql import SparkSession
 
+from services.iceberg_writer.files import TableFiles, discard_uncommitted
+
 __all__ = [
     "CopyMismatchError",
+    "WrittenFile",
     "arrow_schema_of",
+    "commit_append",
     "conform",
     "data_file",
-    "discard_uncommitted",
-    "file_metrics",
-    "local_path",
     "parquet_codec",
     "same_type",
     "write_copy",
@@ -103,16 +101,6 @@ def conform(source: pa.Table, target: pa.Schema, metadata: Mapping[str, Any]) ->
     return pa.Table.from_arrays(columns, schema=target)
 
 
-def local_path(location: str) -> str | None:
-    """The local file system path of a table location (``file:`` or a bare path)."""
-    parsed = urlparse(location)
-    if parsed.scheme == "file":
-        return parsed.path
-    if parsed.scheme == "":
-        return location
-    return None
-
-
 def arrow_schema_of(iceberg: Any, table: Any) -> pa.Schema:
     """The Arrow schema of a Java Iceberg ``table``, with its field ids (for Parquet)."""
     schema = Schema.model_validate_json(str(iceberg.SchemaParser.toJson(table.schema())))
@@ -125,114 +113,72 @@ def parquet_codec(table: Any) -> str | None:
     return _CODECS.get(codec.lower(), "zstd")
 
 
-class _FooterMetrics:
-    """Iceberg's metrics of local Parquet files, from footers read with Parquet's plain
-    configuration. ``ParquetUtil.fileMetrics`` opens each file with default read options,
-    which build a Hadoop ``Configuration`` that parses Hadoop's XML defaults out of the jars
-    again for every file: 12-18 ms a file, against 2-5 ms this way (the same metrics; the
-    options only steer how the footer is read). The Java classes are looked up once per JVM."""
-
-    def __init__(self, jvm: Any) -> None:
-        parquet = jvm.org.apache.iceberg.shaded.org.apache.parquet
-        iceberg = jvm.org.apache.iceberg
-        self.client = jvm._gateway_client
-        self._options = parquet.ParquetReadOptions.builder(
-            parquet.conf.PlainParquetConfiguration()
-        ).build()
-        self._file = jvm.java.io.File
-        self._input = parquet.io.LocalInputFile
-        self._open = parquet.hadoop.ParquetFileReader.open
-        self._no_field_metrics = jvm.java.util.stream.Stream.empty
-        self._metrics = iceberg.parquet.ParquetUtil.footerMetrics
-        self._config = iceberg.MetricsConfig.forTable
-
-    def of(self, table: Any, path: str) -> Any:
-        reader = self._open(self._input(self._file(path).toPath()), self._options)
-        try:
-            footer = reader.getFooter()
-        finally:
-            reader.close()
-        return self._metrics(footer, self._no_field_metrics(), self._config(table), None)
+WrittenFile = tuple[str, int]
+"""A file the writer wrote: its path (as ``TableFiles`` names it) and size in bytes."""
 
 
-_footer_metrics: _FooterMetrics | None = None
-
-
-def file_metrics(jvm: Any, table: Any, path: str) -> Any:
-    """Iceberg's metrics (counts, bounds) of the local Parquet file ``path``, by the
-    table's metrics settings (what ``ParquetUtil.fileMetrics`` gives)."""
-    global _footer_metrics
-    if _footer_metrics is None or _footer_metrics.client is not jvm._gateway_client:
-        _footer_metrics = _FooterMetrics(jvm)
-    return _footer_metrics.of(table, path)
-
-
-def data_file(jvm: Any, table: Any, path: str) -> Any:
-    """An Iceberg ``DataFile`` for the local Parquet file ``path`` of an unpartitioned
-    Java Iceberg ``table``."""
-    iceberg = jvm.org.apache.iceberg
+def data_file(files: TableFiles, written: WrittenFile) -> Any:
+    """An Iceberg ``DataFile`` for a Parquet file written to an unpartitioned table."""
+    iceberg = files.jvm.org.apache.iceberg
+    path, size = written
     return (
-        iceberg.DataFiles.builder(table.spec())
-        .withPath(f"file://{path}")
+        iceberg.DataFiles.builder(files.table.spec())
+        .withPath(files.uri(path))
         .withFormat(iceberg.FileFormat.PARQUET)
-        .withFileSizeInBytes(os.path.getsize(path))
-        .withMetrics(file_metrics(jvm, table, path))
+        .withFileSizeInBytes(size)
+        .withMetrics(files.metrics(path))
         .build()
     )
 
 
-def commit_append(jvm: Any, table: Any, paths: Sequence[str], summary: Mapping[str, str]) -> None:
-    """Commit the Parquet files ``paths`` (in ``table``'s schema, with its field ids) to the
-    Java Iceberg ``table`` as one append snapshot with ``summary``."""
-    append = table.newAppend()
-    for path in paths:
-        append.appendFile(data_file(jvm, table, path))
+def commit_append(
+    files: TableFiles, written: Sequence[WrittenFile], summary: Mapping[str, str]
+) -> None:
+    """Commit the Parquet files ``written`` (in the table's schema, with its field ids) as
+    one append snapshot with ``summary``."""
+    append = files.table.newAppend()
+    for file in written:
+        append.appendFile(data_file(files, file))
     for key, value in summary.items():
         append.set(key, value)
     append.commit()
 
 
-def discard_uncommitted(exc: Exception, written: Sequence[str]) -> None:
-    """Remove the files of a commit that failed with ``exc``: in no snapshot, they would
-    only be orphans. Kept when the commit's outcome is unknown (it may have landed)."""
-    if "CommitStateUnknown" in str(exc):
-        return
-    for path in written:
-        if os.path.exists(path):
-            os.remove(path)
-
-
 def write_copy(
     spark: SparkSession,
     target: str,
-    files: Sequence[str],
+    copies: Sequence[str],
     metadata: Mapping[str, Any],
     summary: Mapping[str, str],
 ) -> float | None:
-    """Append ``files`` to ``target`` (a quoted Spark name) as data files of their own, in
-    one snapshot with ``summary``; return the seconds. None: this table needs the Spark
-    path (partitioned, or not on the local file system), nothing was written.
+    """Append ``copies`` (local Parquet files) to ``target`` (a quoted Spark name) as data
+    files of their own, in one snapshot with ``summary``; return the seconds. None: this
+    table needs the Spark path (partitioned, or on storage the writer cannot write),
+    nothing was written.
 
     Raises :class:`CopyMismatchError` as :func:`conform` does, before anything is written."""
     started = time.monotonic()
     jvm: Any = spark.sparkContext._jvm
     iceberg = jvm.org.apache.iceberg
-    table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, target)
-    data_dir = local_path(str(table.location()))
-    if not table.spec().isUnpartitioned() or data_dir is None:
+    table = iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, target)
+    if not table.spec().isUnpartitioned():
+        return None
+    try:
+        files = TableFiles.of(jvm, table)
+    except ValueError:
         return None
     arrow_schema = arrow_schema_of(iceberg, table)
     codec = parquet_codec(table)
-    conformed = [conform(pq.read_table(f), arrow_schema, metadata) for f in files]
-    os.makedirs(os.path.join(data_dir, "data"), exist_ok=True)
+    conformed = [conform(pq.read_table(f), arrow_schema, metadata) for f in copies]
     written: list[str] = []
     try:
+        sized: list[WrittenFile] = []
         for rows in conformed:
-            path = os.path.join(data_dir, "data", f"copy-{uuid.uuid4().hex}.parquet")
+            path = files.new_path("copy")
             written.append(path)
-            pq.write_table(rows, path, compression=codec)
-        commit_append(jvm, table, written, summary)
+            sized.append((path, files.write(rows, path, codec)))
+        commit_append(files, sized, summary)
     except Exception as exc:
-        discard_uncommitted(exc, written)
+        discard_uncommitted(exc, files, written)
         raise
     return time.monotonic() - started

@@ -38,7 +38,7 @@ from pyiceberg.types import (
 )
 from pyspark.sql import SparkSession
 
-from services.iceberg_writer.copyfiles import local_path
+from services.iceberg_writer.files import writable_scheme
 from services.iceberg_writer.types import MetadataColumns, table_schema, type_from_json
 from shared.events import SchemaChange, SchemaOperationKind
 
@@ -277,10 +277,11 @@ def position_ceiling(table: Table, column: str) -> str | None:
     return ceiling
 
 
-def local_unpartitioned(table: Table) -> bool:
+def writes_own_files(table: Table) -> bool:
     """Whether ``table`` can take commits of files the writer writes itself (the bulk
-    copy's and the upsert path's): unpartitioned, and on the local file system."""
-    return table.spec().is_unpartitioned() and local_path(table.location()) is not None
+    copy's and the upsert path's): unpartitioned, on storage the writer can write
+    (``files.py``: the local file system or S3)."""
+    return table.spec().is_unpartitioned() and writable_scheme(table.location())
 
 
 class TableStore:

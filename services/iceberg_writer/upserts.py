@@ -13,43 +13,40 @@ same result is two files in one commit (Iceberg's ``RowDelta``):
 - a data file holding the rows of the inserts and updates, committed with the same sequence
   number, so the deletes of its own commit do not apply to it.
 
-Both files are written by Arrow into the table's ``data/`` directory, with the table's
-field ids, and committed through Iceberg's Java API with the same snapshot summary as every
-commit. Readers apply equality deletes (Spark, Trino, Flink); the maintainer compacts them
-away and then removes the delete files no data file needs (``services/maintainer``).
+Both files are written by Arrow into the table's ``data/`` directory (``files.py``: on the
+local file system or S3), with the table's field ids, and committed through Iceberg's Java
+API with the same snapshot summary as every commit. Readers apply equality deletes (Spark,
+Trino, Flink); the maintainer compacts them away and then removes the delete files no data
+file needs (``services/maintainer``).
 
 An empty table's batch (``Path.APPEND``: deletes of rows that do not exist are no-ops)
 goes in the same way without the delete file: its rows as one data file, in an append
 snapshot. A new table's first commit took 0.35-0.45 s as a Spark job and takes 0.08-0.12 s
 so; a snapshot of many tables waits on those first commits.
 
-Only for an unpartitioned table on the local file system, like the bulk copy
+Only for an unpartitioned table on storage the writer can write, like the bulk copy
 (``copyfiles.py``): the writer chooses this path only for such tables, and appends to
 any other table with Spark.
 """
 
 from __future__ import annotations
 
-import os
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from services.iceberg_writer.copyfiles import (
+    WrittenFile,
     arrow_schema_of,
     commit_append,
     data_file,
-    discard_uncommitted,
-    file_metrics,
-    local_path,
     parquet_codec,
 )
+from services.iceberg_writer.files import TableFiles, discard_uncommitted
 from services.iceberg_writer.types import STAGING_FLAG
 
 __all__ = ["split_batch", "write_upserts"]
@@ -86,38 +83,34 @@ def write_upserts(
     ``deletes=False``: the rows alone, as an append snapshot (an empty table's batch, whose
     keys delete nothing).
 
-    Raises ValueError for a table this path cannot write (partitioned, or not on the local
-    file system); the Java commit's own exceptions pass through. Files of a commit that
-    certainly failed are removed."""
+    Raises ValueError for a table this path cannot write (partitioned, or on storage the
+    writer cannot write); the Java commit's own exceptions pass through. Files of a commit
+    that certainly failed are removed."""
     started = time.monotonic()
     jvm: Any = spark.sparkContext._jvm
     iceberg = jvm.org.apache.iceberg
     table = iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, target)
-    location = local_path(str(table.location()))
-    if not table.spec().isUnpartitioned() or location is None:
-        raise ValueError(f"{target}: upserts without a join need an unpartitioned local table")
+    if not table.spec().isUnpartitioned():
+        raise ValueError(f"{target}: upserts without a join need an unpartitioned table")
+    files = TableFiles.of(jvm, table)
     rows, deleted = split_batch(batch, arrow_schema_of(iceberg, table), keys)
     codec = parquet_codec(table)
-    directory = os.path.join(location, "data")
-    os.makedirs(directory, exist_ok=True)
     written: list[str] = []
 
-    def write(frame: pa.Table, prefix: str) -> str:
-        path = os.path.join(directory, f"{prefix}-{uuid.uuid4().hex}.parquet")
+    def write(frame: pa.Table, prefix: str) -> WrittenFile:
+        path = files.new_path(prefix)
         written.append(path)
-        pq.write_table(frame, path, compression=codec)
-        return path
+        return path, files.write(frame, path, codec)
 
     try:
         if not deletes:  # an append snapshot, as readers of appends expect
-            commit_append(jvm, table, [write(rows, "append")] if rows.num_rows else [], summary)
+            commit_append(files, [write(rows, "append")] if rows.num_rows else [], summary)
             return time.monotonic() - started
         delta = table.newRowDelta()
         if rows.num_rows:
-            path = write(rows, "upsert")
-            delta.addRows(data_file(jvm, table, path))
+            delta.addRows(data_file(files, write(rows, "upsert")))
         if deleted.num_rows:
-            path = write(deleted, "eq-delete")
+            path, size = write(deleted, "eq-delete")
             gateway: Any = spark.sparkContext._gateway
             field_ids = gateway.new_array(jvm.int, len(keys))
             for i, name in enumerate(keys):
@@ -125,16 +118,16 @@ def write_upserts(
             delta.addDeletes(
                 iceberg.FileMetadata.deleteFileBuilder(table.spec())
                 .ofEqualityDeletes(field_ids)
-                .withPath(f"file://{path}")
+                .withPath(files.uri(path))
                 .withFormat(iceberg.FileFormat.PARQUET)
-                .withFileSizeInBytes(os.path.getsize(path))
-                .withMetrics(file_metrics(jvm, table, path))
+                .withFileSizeInBytes(size)
+                .withMetrics(files.metrics(path))
                 .build()
             )
         for key, value in summary.items():
             delta.set(key, value)
         delta.commit()
     except Exception as exc:
-        discard_uncommitted(exc, written)
+        discard_uncommitted(exc, files, written)
         raise
     return time.monotonic() - started

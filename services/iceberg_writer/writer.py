@@ -67,9 +67,9 @@ from services.iceberg_writer.tables import (
     applied_schema_ids,
     checkpoint_of,
     encode_offsets,
-    local_unpartitioned,
     position_ceiling,
     position_floor,
+    writes_own_files,
 )
 from services.iceberg_writer.types import row_converters, row_record
 from shared.avro import AvroCodec, WireFormatError, split_header
@@ -1082,7 +1082,7 @@ class Writer:
         """Whether a batch for ``table`` can take a path that goes ahead under a compaction
         lease (:attr:`Path.waits_for_lease`): APPEND into an empty table, or UPSERT where
         the writer may write it. Elsewhere every batch takes the MERGE, which waits."""
-        return _holds_no_rows(table) or (self.settings.upsert_path and local_unpartitioned(table))
+        return _holds_no_rows(table) or (self.settings.upsert_path and writes_own_files(table))
 
     def _lease_holds(self, state: TableState, table: Table) -> bool:
         """Whether the maintainer's compaction lease (``shared/lease.py``) holds this commit
@@ -1100,7 +1100,7 @@ class Writer:
             return False
         if state.bounds is None:
             base = None
-            if local_unpartitioned(table):
+            if writes_own_files(table):
                 base = position_ceiling(table, self._store.metadata.position)
             state.bounds = PositionBounds(base)
         return state.bounds.admits(plan.changes)

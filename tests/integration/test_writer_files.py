@@ -5,13 +5,12 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import math
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from services.iceberg_writer.copyfiles import arrow_schema_of, file_metrics
+from services.iceberg_writer.copyfiles import arrow_schema_of
+from services.iceberg_writer.files import TableFiles
 
 METRICS = (
     "columnSizes",
@@ -23,11 +22,10 @@ METRICS = (
 )
 
 
-def test_file_metrics_are_what_iceberg_reads_from_the_file(
-    spark: Any, namespace: str, tmp_path: Path
-) -> None:
-    """file_metrics reads the footer with Parquet's plain configuration instead of
-    ParquetUtil.fileMetrics' Hadoop one: every count and bound is the same."""
+def test_file_metrics_are_what_iceberg_reads_from_the_file(spark: Any, namespace: str) -> None:
+    """A file the writer writes to the table's storage has the metrics Iceberg's reader
+    finds in it: on local disk read with Parquet's plain configuration instead of
+    ParquetUtil.fileMetrics' Hadoop one, every count and bound the same."""
     table_name = f"icefjord.{namespace}.metrics"
     spark.sql(
         f"CREATE TABLE {table_name} (id bigint, name string, amount decimal(10,2), "
@@ -54,14 +52,15 @@ def test_file_metrics_are_what_iceberg_reads_from_the_file(
         },
         schema=schema,
     )
-    path = str(tmp_path / "file.parquet")
-    pq.write_table(frame, path, compression="zstd")
+    files = TableFiles.of(jvm, table)
+    path = files.new_path("metrics")
+    size = files.write(frame, path, "zstd")
 
-    ours = file_metrics(jvm, table, path)
+    ours = files.metrics(path)
     iceberg = jvm.org.apache.iceberg
-    theirs = iceberg.parquet.ParquetUtil.fileMetrics(
-        table.io().newInputFile(f"file://{path}"), iceberg.MetricsConfig.forTable(table)
-    )
+    stored = table.io().newInputFile(files.uri(path))
+    assert stored.getLength() == size
+    theirs = iceberg.parquet.ParquetUtil.fileMetrics(stored, iceberg.MetricsConfig.forTable(table))
     assert ours.recordCount() == theirs.recordCount() == rows
     for name in METRICS:
         mine, reference = getattr(ours, name)(), getattr(theirs, name)()

@@ -8,7 +8,8 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from services.iceberg_writer.copyfiles import CopyMismatchError, conform, local_path, same_type
+from services.iceberg_writer.copyfiles import CopyMismatchError, conform, same_type
+from services.iceberg_writer.files import writable_scheme
 
 pytestmark = pytest.mark.unit
 
@@ -102,7 +103,9 @@ def test_types_are_the_same_when_they_store_the_same_iceberg_type(
     assert same_type(left, right) is same
 
 
-def test_only_local_locations_have_a_path() -> None:
-    assert local_path("file:///w/db/t") == "/w/db/t"
-    assert local_path("/w/db/t") == "/w/db/t"
-    assert local_path("s3://bucket/db/t") is None
+def test_the_writer_writes_its_own_files_on_local_disk_and_object_stores() -> None:
+    assert writable_scheme("file:///w/db/t")
+    assert writable_scheme("/w/db/t")
+    assert writable_scheme("s3://bucket/db/t")
+    assert writable_scheme("s3a://bucket/db/t")
+    assert not writable_scheme("hdfs://namenode/db/t")
