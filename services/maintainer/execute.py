@@ -147,7 +147,9 @@ class SparkProcedureRunner:
         session = self._spark._jsparkSession
         loaded = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(session, table)
         actions = jvm.org.apache.iceberg.spark.actions.SparkActions.get(session)
-        result = actions.deleteOrphanFiles(loaded).olderThan(older_than_ms).execute()
+        action = actions.deleteOrphanFiles(loaded).olderThan(older_than_ms)
+        # Listed through the table's FileIO, as remove_orphan_files_sql does.
+        result = action.usePrefixListing(True).execute()
         iterator = result.orphanFileLocations().iterator()
         deleted: list[str] = []
         while iterator.hasNext():

@@ -122,7 +122,11 @@ def remove_orphan_files_sql(
     catalog: str, table: TableId, older_than_ms: int, *, dry_run: bool = False
 ) -> str:
     """Delete files under the table location that no snapshot references and that are older
-    than ``older_than_ms`` (the procedure refuses anything younger than 24 h)."""
+    than ``older_than_ms`` (the procedure refuses anything younger than 24 h).
+
+    The location is listed through the table's own FileIO (``prefix_listing``), not a
+    Hadoop file system: S3FileIO lists an S3 warehouse, where Hadoop would need its S3
+    file system, which the images do not carry."""
     return _call(
         catalog,
         "remove_orphan_files",
@@ -130,6 +134,7 @@ def remove_orphan_files_sql(
             _table_arg(table),
             f"older_than => {timestamp_literal(older_than_ms)}",
             f"dry_run => {'true' if dry_run else 'false'}",
+            "prefix_listing => true",
         ],
     )
 

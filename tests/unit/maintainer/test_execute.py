@@ -352,7 +352,9 @@ def test_orphans_over_24_hours_use_the_procedure() -> None:
     (statement,) = runner.statements
     cutoff = NOW_MS - 3 * 86_400_000
     assert re.search(
-        rf"older_than => {re.escape(timestamp_literal(cutoff))}, dry_run => true", statement
+        rf"older_than => {re.escape(timestamp_literal(cutoff))}, dry_run => true, "
+        r"prefix_listing => true",
+        statement,
     )
     assert (result.status, result.files_before, result.files_after) == (
         MaintenanceStatus.SUCCEEDED,

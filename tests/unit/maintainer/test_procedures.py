@@ -49,7 +49,8 @@ def test_other_statements() -> None:
         "older_than => TIMESTAMP '2024-05-01 12:00:00.250Z', retain_last => 5)"
     )
     assert remove_orphan_files_sql("icefjord", TABLE, 0, dry_run=True).endswith(
-        "older_than => TIMESTAMP '1970-01-01 00:00:00.000Z', dry_run => true)"
+        "older_than => TIMESTAMP '1970-01-01 00:00:00.000Z', dry_run => true, "
+        "prefix_listing => true)"
     )
     assert rewrite_manifests_sql("cat", TABLE) == (
         "CALL `cat`.system.rewrite_manifests(table => '`shop`.`orders`', use_caching => false)"
