@@ -47,6 +47,7 @@ from icefjord.demo.workload import WorkloadResult, paced
 from icefjord.local.artifacts import dist_for, ensure_connect_artifacts
 from icefjord.local.components import KafkaBroker
 from icefjord.local.connect import KafkaConnect
+from icefjord.local.objectstore import ObjectStore
 from icefjord.local.postgres import PostgresCluster, PostgresNotInstalled, find_bin_dir
 from icefjord.local.services import SERVICE_NAMES, ServiceProcess, installed, service_processes
 from icefjord.local.settings import LocalSettings
@@ -74,6 +75,8 @@ class DemoOptions:
     faults: bool = False
     kills_per_service: int = 2
     restart_kafka: bool = True
+    # Seconds the S3 server is down once mid-run (with faults, a warehouse on S3); 0: never.
+    store_outage_s: float = 0.0
     service_start_timeout_s: float = 300.0
     catch_up_timeout_s: float = 600.0
     stall_s: float = 300.0
@@ -315,10 +318,12 @@ def _drive(
             seed=options.workload.seed,
             kills_per_service=options.kills_per_service,
             restart_kafka=options.restart_kafka,
+            store_outage_s=options.store_outage_s if settings.warehouse_store == "s3" else 0.0,
         )
         kafka = KafkaBroker(settings, dist_for(settings))
+        store = ObjectStore(settings) if settings.warehouse_store == "s3" else None
         injector = FaultInjector(
-            faults, {s.name: s for s in services}, kafka, on_event=live.console.log
+            faults, {s.name: s for s in services}, kafka, store=store, on_event=live.console.log
         )
     endpoints = {s.name: s.address() for s in services}
     worker.start()

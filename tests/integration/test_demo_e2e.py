@@ -119,6 +119,7 @@ def test_iceberg_equals_the_source_after_kills_and_a_broker_restart(
         faults=True,
         kills_per_service=2,
         restart_kafka=True,
+        store_outage_s=60.0,  # with the warehouse on S3 (ICEFJORD_TEST_STORAGE=s3)
         catch_up_timeout_s=900,
         stop_services=True,
     )
@@ -128,6 +129,8 @@ def test_iceberg_equals_the_source_after_kills_and_a_broker_restart(
     assert {r.fault.target for r in kills} == {"normalizer", "watcher", "writer", "maintainer"}
     assert len(kills) == 8
     assert any(r.fault.kind == "restart_kafka" for r in result.faults)
+    outages = [r for r in result.faults if r.fault.kind == "store_outage"]
+    assert len(outages) == (1 if e2e_settings.warehouse_store == "s3" else 0)
     _assert_proven(result, transcript, e2e_settings)
 
 

@@ -70,6 +70,24 @@ def test_injector_kills_restarts_and_records() -> None:
     assert [r.done for r in injector.records] == [True, True]
 
 
+def test_an_object_store_outage_is_planned_once_for_its_whole_length() -> None:
+    faults = plan_faults(300, SERVICES, seed=3, store_outage_s=60.0)
+    outages = [f for f in faults if f.kind == "store_outage"]
+    assert [(f.target, f.pause_s) for f in outages] == [("s3", 60.0)]
+    assert all(f.kind != "store_outage" for f in plan_faults(300, SERVICES, seed=3))
+
+
+def test_injector_takes_the_store_away_and_waits_for_it_back() -> None:
+    store = FakeService("s3")
+    injector = FaultInjector([Fault(0, "store_outage", "s3", 0.01)], {}, None, store=store)
+    injector.run()
+    assert store.events == ["stop", "start"]
+    assert injector.records[0].done and "object store back" in injector.records[0].detail
+    unowned = FaultInjector([Fault(0, "store_outage", "s3", 0.01)], {}, None)
+    unowned.run()
+    assert unowned.records[0].detail.startswith("skipped")
+
+
 def test_injector_reports_a_failed_fault_and_goes_on() -> None:
     broken = FakeService("writer")
     broken.start = lambda: (_ for _ in ()).throw(RuntimeError("no python"))  # type: ignore[method-assign]
