@@ -8,8 +8,8 @@ metadata columns' constant values added, columns in the table's order with its f
 written once as the table's data file, and all of them are committed in ONE append through
 Iceberg's Java API, with the same snapshot summary as any commit.
 
-Only for what a plain data file can hold: an unpartitioned table on storage the writer can
-write (``files.py``: the local file system or S3). Anything else takes the Spark path,
+Each file is split by the table's partition spec (``partitions.py``) on storage the writer
+can write (``files.py``: the local file system or S3). Anything else takes the Spark path,
 which also handles a table that already holds rows (an anti-join, so no key goes in twice).
 """
 
@@ -27,6 +27,7 @@ from pyiceberg.schema import Schema
 from pyspark.sql import SparkSession
 
 from services.iceberg_writer.files import TableFiles, discard_uncommitted
+from services.iceberg_writer.partitions import Partition, PartitionLayout, java_partition
 
 __all__ = [
     "CopyMismatchError",
@@ -35,8 +36,10 @@ __all__ = [
     "commit_append",
     "conform",
     "data_file",
+    "layout_of",
     "parquet_codec",
     "same_type",
+    "schema_of",
     "write_copy",
 ]
 
@@ -101,10 +104,21 @@ def conform(source: pa.Table, target: pa.Schema, metadata: Mapping[str, Any]) ->
     return pa.Table.from_arrays(columns, schema=target)
 
 
+def schema_of(iceberg: Any, table: Any) -> Schema:
+    """The pyiceberg schema of a Java Iceberg ``table``."""
+    return Schema.model_validate_json(str(iceberg.SchemaParser.toJson(table.schema())))
+
+
 def arrow_schema_of(iceberg: Any, table: Any) -> pa.Schema:
     """The Arrow schema of a Java Iceberg ``table``, with its field ids (for Parquet)."""
-    schema = Schema.model_validate_json(str(iceberg.SchemaParser.toJson(table.schema())))
-    return schema_to_pyarrow(schema, include_field_ids=True)
+    return schema_to_pyarrow(schema_of(iceberg, table), include_field_ids=True)
+
+
+def layout_of(iceberg: Any, table: Any, keys: Sequence[str]) -> PartitionLayout:
+    """The partition layout of a Java Iceberg ``table`` whose rows are keyed by ``keys``.
+    Raises ValueError for a spec the writer cannot compute."""
+    spec = str(iceberg.PartitionSpecParser.toJson(table.spec()))
+    return PartitionLayout.of(spec, schema_of(iceberg, table), keys)
 
 
 def parquet_codec(table: Any) -> str | None:
@@ -117,28 +131,34 @@ WrittenFile = tuple[str, int]
 """A file the writer wrote: its path (as ``TableFiles`` names it) and size in bytes."""
 
 
-def data_file(files: TableFiles, written: WrittenFile) -> Any:
-    """An Iceberg ``DataFile`` for a Parquet file written to an unpartitioned table."""
+def data_file(files: TableFiles, written: WrittenFile, partition: Partition = ()) -> Any:
+    """An Iceberg ``DataFile`` for a Parquet file written to the table, in ``partition`` of
+    its default spec."""
     iceberg = files.jvm.org.apache.iceberg
     path, size = written
-    return (
-        iceberg.DataFiles.builder(files.table.spec())
+    spec = files.table.spec()
+    builder = (
+        iceberg.DataFiles.builder(spec)
         .withPath(files.uri(path))
         .withFormat(iceberg.FileFormat.PARQUET)
         .withFileSizeInBytes(size)
         .withMetrics(files.metrics(path))
-        .build()
     )
+    if partition:
+        builder = builder.withPartition(java_partition(iceberg, spec, partition))
+    return builder.build()
 
 
 def commit_append(
-    files: TableFiles, written: Sequence[WrittenFile], summary: Mapping[str, str]
+    files: TableFiles,
+    written: Sequence[tuple[WrittenFile, Partition]],
+    summary: Mapping[str, str],
 ) -> None:
-    """Commit the Parquet files ``written`` (in the table's schema, with its field ids) as
-    one append snapshot with ``summary``."""
+    """Commit the Parquet files ``written`` (in the table's schema, with its field ids, each
+    with its partition) as one append snapshot with ``summary``."""
     append = files.table.newAppend()
-    for file in written:
-        append.appendFile(data_file(files, file))
+    for file, partition in written:
+        append.appendFile(data_file(files, file, partition))
     for key, value in summary.items():
         append.set(key, value)
     append.commit()
@@ -153,18 +173,17 @@ def write_copy(
 ) -> float | None:
     """Append ``copies`` (local Parquet files) to ``target`` (a quoted Spark name) as data
     files of their own, in one snapshot with ``summary``; return the seconds. None: this
-    table needs the Spark path (partitioned, or on storage the writer cannot write),
-    nothing was written.
+    table needs the Spark path (storage the writer cannot write, or a partition it cannot
+    compute), nothing was written.
 
     Raises :class:`CopyMismatchError` as :func:`conform` does, before anything is written."""
     started = time.monotonic()
     jvm: Any = spark.sparkContext._jvm
     iceberg = jvm.org.apache.iceberg
     table = iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, target)
-    if not table.spec().isUnpartitioned():
-        return None
     try:
         files = TableFiles.of(jvm, table)
+        layout = layout_of(iceberg, table, ())
     except ValueError:
         return None
     arrow_schema = arrow_schema_of(iceberg, table)
@@ -172,11 +191,12 @@ def write_copy(
     conformed = [conform(pq.read_table(f), arrow_schema, metadata) for f in copies]
     written: list[str] = []
     try:
-        sized: list[WrittenFile] = []
+        sized: list[tuple[WrittenFile, Partition]] = []
         for rows in conformed:
-            path = files.new_path("copy")
-            written.append(path)
-            sized.append((path, files.write(rows, path, codec)))
+            for partition, part in layout.split(rows):
+                path = files.new_path("copy")
+                written.append(path)
+                sized.append(((path, files.write(part, path, codec)), partition))
         commit_append(files, sized, summary)
     except Exception as exc:
         discard_uncommitted(exc, files, written)

@@ -123,11 +123,10 @@ class TableFiles:
     def local(self) -> bool:
         return self.scheme == "file"
 
-    def new_path(self, prefix: str, partition: str | None = None) -> str:
-        """A fresh file's path as ``fs`` names it, under ``partition`` (a partition path,
-        ``a=1/b=x``) when given."""
-        folder = f"{self.directory}/{partition}" if partition else self.directory
-        return f"{folder}/{prefix}-{uuid.uuid4().hex}.parquet"
+    def new_path(self, prefix: str) -> str:
+        """A fresh file's path as ``fs`` names it (partitions are in the metadata, so every
+        file goes straight into ``data/``)."""
+        return f"{self.directory}/{prefix}-{uuid.uuid4().hex}.parquet"
 
     def uri(self, path: str) -> str:
         """The location Iceberg records for ``path``."""

@@ -39,6 +39,7 @@ from pyiceberg.types import (
 from pyspark.sql import SparkSession
 
 from services.iceberg_writer.files import writable_scheme
+from services.iceberg_writer.partitions import supported_spec
 from services.iceberg_writer.types import MetadataColumns, table_schema, type_from_json
 from shared.events import SchemaChange, SchemaOperationKind
 
@@ -279,9 +280,9 @@ def position_ceiling(table: Table, column: str) -> str | None:
 
 def writes_own_files(table: Table) -> bool:
     """Whether ``table`` can take commits of files the writer writes itself (the bulk
-    copy's and the upsert path's): unpartitioned, on storage the writer can write
-    (``files.py``: the local file system or S3)."""
-    return table.spec().is_unpartitioned() and writable_scheme(table.location())
+    copy's and the upsert path's): on storage the writer can write (``files.py``: the local
+    file system or S3), with partition values it can compute (``partitions.py``)."""
+    return writable_scheme(table.location()) and supported_spec(table.spec(), table.schema())
 
 
 class TableStore:

@@ -24,9 +24,10 @@ goes in the same way without the delete file: its rows as one data file, in an a
 snapshot. A new table's first commit took 0.35-0.45 s as a Spark job and takes 0.08-0.12 s
 so; a snapshot of many tables waits on those first commits.
 
-Only for an unpartitioned table on storage the writer can write, like the bulk copy
-(``copyfiles.py``): the writer chooses this path only for such tables, and appends to
-any other table with Spark.
+A partitioned table's batch becomes one data file per partition, and its deletes are
+scoped to partitions or global as its spec allows (``partitions.py``). Only for tables on
+storage the writer can write, like the bulk copy (``copyfiles.py``): the writer chooses
+this path only for such tables, and merges into any other with Spark.
 """
 
 from __future__ import annotations
@@ -44,9 +45,11 @@ from services.iceberg_writer.copyfiles import (
     arrow_schema_of,
     commit_append,
     data_file,
+    layout_of,
     parquet_codec,
 )
 from services.iceberg_writer.files import TableFiles, discard_uncommitted
+from services.iceberg_writer.partitions import java_partition, unpartitioned_spec
 from services.iceberg_writer.types import STAGING_FLAG
 
 __all__ = ["split_batch", "write_upserts"]
@@ -83,16 +86,15 @@ def write_upserts(
     ``deletes=False``: the rows alone, as an append snapshot (an empty table's batch, whose
     keys delete nothing).
 
-    Raises ValueError for a table this path cannot write (partitioned, or on storage the
-    writer cannot write); the Java commit's own exceptions pass through. Files of a commit
-    that certainly failed are removed."""
+    Raises ValueError for a table this path cannot write (on storage the writer cannot
+    write, or with a partition it cannot compute); the Java commit's own exceptions pass
+    through. Files of a commit that certainly failed are removed."""
     started = time.monotonic()
     jvm: Any = spark.sparkContext._jvm
     iceberg = jvm.org.apache.iceberg
     table = iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, target)
-    if not table.spec().isUnpartitioned():
-        raise ValueError(f"{target}: upserts without a join need an unpartitioned table")
     files = TableFiles.of(jvm, table)
+    layout = layout_of(iceberg, table, keys)
     rows, deleted = split_batch(batch, arrow_schema_of(iceberg, table), keys)
     codec = parquet_codec(table)
     written: list[str] = []
@@ -104,26 +106,35 @@ def write_upserts(
 
     try:
         if not deletes:  # an append snapshot, as readers of appends expect
-            commit_append(files, [write(rows, "append")] if rows.num_rows else [], summary)
+            parts = layout.split(rows) if rows.num_rows else []
+            commit_append(files, [(write(part, "append"), p) for p, part in parts], summary)
             return time.monotonic() - started
         delta = table.newRowDelta()
         if rows.num_rows:
-            delta.addRows(data_file(files, write(rows, "upsert")))
+            for partition, part in layout.split(rows):
+                delta.addRows(data_file(files, write(part, "upsert"), partition))
         if deleted.num_rows:
-            path, size = write(deleted, "eq-delete")
             gateway: Any = spark.sparkContext._gateway
             field_ids = gateway.new_array(jvm.int, len(keys))
             for i, name in enumerate(keys):
                 field_ids[i] = table.schema().findField(name).fieldId()
-            delta.addDeletes(
-                iceberg.FileMetadata.deleteFileBuilder(table.spec())
-                .ofEqualityDeletes(field_ids)
-                .withPath(files.uri(path))
-                .withFormat(iceberg.FileFormat.PARQUET)
-                .withFileSizeInBytes(size)
-                .withMetrics(files.metrics(path))
-                .build()
-            )
+            # Partition-scoped deletes where a key's row cannot change partition, else
+            # global ones (partitions.py).
+            scoped = layout.unpartitioned or layout.keyed
+            spec = table.spec() if scoped else unpartitioned_spec(table)
+            for partition, keys_part in layout.split(deleted) if scoped else [((), deleted)]:
+                path, size = write(keys_part, "eq-delete")
+                builder = (
+                    iceberg.FileMetadata.deleteFileBuilder(spec)
+                    .ofEqualityDeletes(field_ids)
+                    .withPath(files.uri(path))
+                    .withFormat(iceberg.FileFormat.PARQUET)
+                    .withFileSizeInBytes(size)
+                    .withMetrics(files.metrics(path))
+                )
+                if partition:
+                    builder = builder.withPartition(java_partition(iceberg, spec, partition))
+                delta.addDeletes(builder.build())
         for key, value in summary.items():
             delta.set(key, value)
         delta.commit()

@@ -244,10 +244,60 @@ def test_a_new_tables_first_rows_are_appended_by_arrow_where_the_table_allows(
     assert names
     deletes = spark.sql(f"SELECT * FROM icefjord.{table}.delete_files").collect()
     assert deletes == []
-    if partitioned:  # Arrow writes no partitions: Spark's append
-        assert not any(name.startswith("append-") for name in names)
-    else:  # one file, written by Arrow and committed through Iceberg's Java API
-        assert len(names) == 1 and names[0].startswith("append-")
+    # Written by Arrow and committed through Iceberg's Java API: one file per partition.
+    assert all(name.startswith("append-") for name in names)
+    if partitioned:
+        buckets = spark.sql(f"SELECT DISTINCT partition FROM icefjord.{table}.files").collect()
+        assert len(names) == len(buckets) > 1
+    else:
+        assert len(names) == 1
+
+
+@pytest.mark.parametrize(
+    ("spec", "scoped"),
+    [("bucket(4, id)", True), ("truncate(2, name)", False)],
+    ids=["partitioned-by-key", "partitioned-by-value"],
+)
+def test_partitioned_tables_take_the_upsert_path_and_end_equal_to_the_model(
+    stack: Stack, spark: Any, change_topic: str, spec: str, scoped: bool
+) -> None:
+    """Partitioned tables commit without a join too. Partitioned by the key, a key's row
+    never changes partition, and each delete file is scoped to one; partitioned by a value
+    an update changes (the names here move every row to another partition), the deletes
+    are global: written with the table's unpartitioned spec, so the old row goes wherever
+    it was."""
+    table = change_topic.removeprefix("icefjord.changes.")
+    schema = change_schema(*table.split("."))
+    overrides: dict[str, Any] = {"tables": {table: {"partition_by": [spec]}}}
+    writer = start_writer(writer_settings(stack, change_topic, **overrides))
+    producer = producer_for(stack, change_topic)
+    history = [Event(i, "CREATE", i, name=f"a{i}", amount="1.00") for i in range(1, 61)]
+    producer.send(schema, history)
+    run_until_caught_up(writer)
+    later = [Event(100 + i, "UPDATE", i, name=f"b{i}", amount="2.00") for i in range(1, 61)]
+    later += [Event(200 + i, "DELETE", i) for i in range(1, 11)]
+    later += [Event(300 + i, "UPDATE", i, name=f"c{i}", amount="3.00") for i in range(20, 31)]
+    for event in later:  # in three batches
+        producer.send(schema, [event])
+        if event.seq in (160, 210):
+            run_until_caught_up(writer)
+    run_until_caught_up(writer)
+    history += later
+    assert_equal_to_model(spark, table, history)
+    assert commits_by_path(writer, table).get("upsert", 0) >= 1
+    deletes = spark.sql(
+        f"SELECT spec_id, partition FROM icefjord.{table}.delete_files WHERE content = 2"
+    ).collect()
+    assert deletes
+    loaded = spark.sparkContext._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+        spark._jsparkSession, f"icefjord.{table}"
+    )
+    unpartitioned = {int(s.specId()) for s in loaded.specs().values() if s.isUnpartitioned()}
+    if scoped:
+        assert {r["spec_id"] for r in deletes} == {int(loaded.spec().specId())}
+        assert unpartitioned == set()
+    else:
+        assert {r["spec_id"] for r in deletes} == unpartitioned != set()
 
 
 def test_the_new_tables_benchmark_times_a_burst_and_checks_every_table(stack: Stack) -> None:
