@@ -18,6 +18,7 @@ from services.maintainer.service import build_service
 from services.maintainer.warm import warm_up
 from shared.catalog import open_catalog
 from shared.endpoint import Health
+from shared.errors import waiting_for_storage
 from shared.kafka import make_consumer, make_producer
 from shared.loop import run_loop
 from shared.registry import make_registry_client
@@ -72,7 +73,8 @@ def run(settings: MaintainerSettings, stop: threading.Event) -> None:
             stop=stop,
         )
         log.info("maintainer running", extra={"catalog": settings.catalog.name})
-        run_loop(service.step, stop, health, stuck_after_s=settings.stuck_step_s)
+        step = waiting_for_storage(service.step)
+        run_loop(step, stop, health, stuck_after_s=settings.stuck_step_s)
 
 
 def main() -> int:
