@@ -5,11 +5,17 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PY_SOURCES := services shared icefjord contracts
 PYTEST_ARGS ?=
+# Run again with the warehouse on the local S3 server and the catalog in PostgreSQL.
+S3_SUITE := tests/integration/test_local_stack.py tests/integration/test_writer.py \
+	tests/integration/test_writer_files.py tests/integration/test_writer_bulk.py \
+	tests/integration/test_writer_crash.py tests/integration/test_maintainer_execute.py \
+	tests/integration/test_maintainer_service.py \
+	tests/integration/test_demo_e2e.py::test_iceberg_equals_the_source_after_kills_and_a_broker_restart
 
 .DEFAULT_GOAL := help
 
 help: ## Show this help
-	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
 
 $(BIN)/icefjord: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,9 +61,13 @@ lint: install ## ruff and mypy --strict
 	$(BIN)/mypy --strict deploy/docker/lock.py
 	PATH="$(CURDIR)/$(BIN):$$PATH" deploy/validate/run.sh
 
-test: install ## Lint, then unit, integration and e2e tests against a real local stack started for the run
+test: install ## Lint, then unit, integration and e2e tests against a real local stack started for the run, then the S3 suite
 	$(MAKE) lint
 	$(BIN)/pytest $(PYTEST_ARGS)
+	$(MAKE) test-s3
+
+test-s3: install ## The stack's, writer's, maintainer's and fault tests with the warehouse on S3 (SeaweedFS) and the catalog in PostgreSQL
+	ICEFJORD_TEST_STORAGE=s3 $(BIN)/pytest $(PYTEST_ARGS) $(S3_SUITE)
 
 test-e2e: install ## The demo under faults: kill -9 every service, restart Kafka, prove tables equal
 	$(BIN)/pytest -m e2e $(PYTEST_ARGS)
@@ -68,4 +78,4 @@ test-unit: install ## Unit tests only (no external process)
 clean: down ## Stop the stack and delete its local state (.icefjord/)
 	rm -rf .icefjord
 
-.PHONY: help install up down status demo bench compiled bench-normalize lint test test-e2e test-unit clean
+.PHONY: help install up down status demo bench compiled bench-normalize lint test test-s3 test-e2e test-unit clean

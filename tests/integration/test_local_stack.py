@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from confluent_kafka.schema_registry import Schema
 from harness import Stack
 
 from icefjord.local.smoke import iceberg_round_trip, kafka_round_trip, registry_round_trip
-from shared.catalog import open_catalog
+from shared.catalog import catalog_properties, is_secret, open_catalog, spark_catalog_conf
 from shared.kafka import TopicRequest, ensure_topics, make_admin
 from shared.registry import make_registry_client
 
@@ -22,10 +23,16 @@ def _local(stack: Stack) -> Any:
     return stack.local
 
 
+def _components(local: Any) -> set[str]:
+    """The stack's components: the S3 server too when the warehouse is there."""
+    s3 = {"s3"} if local.settings.warehouse_store == "s3" else set()
+    return {"kafka", "registry", "catalog", "spark"} | s3
+
+
 def test_status_reports_every_component_healthy(stack: Stack) -> None:
     local = _local(stack)
     health = {h.name: h for h in local.status()}
-    assert set(health) == {"kafka", "registry", "catalog", "spark"}
+    assert set(health) == _components(local)
     assert all(h.healthy for h in health.values()), health
     assert health["kafka"].address == stack.kafka.bootstrap_servers
     assert health["registry"].address == stack.registry.url
@@ -36,7 +43,7 @@ def test_up_twice_leaves_running_components_alone(stack: Stack) -> None:
     pids = {c.name: c.process.pid() for c in local.components() if hasattr(c, "process")}
     report = local.up(progress=lambda message: None)
     assert report.started == ()
-    assert set(report.already_running) == {"kafka", "registry", "catalog", "spark"}
+    assert set(report.already_running) == _components(local)
     assert {c.name: c.process.pid() for c in local.components() if hasattr(c, "process")} == pids
 
 
@@ -67,8 +74,11 @@ def test_topics_schemas_and_tables_survive_down_and_up(
     )
 
     stopped = local.down()
-    assert set(stopped) == {"kafka", "registry"}
-    assert not any(h.healthy for h in local.status() if h.name in ("kafka", "registry"))
+    processes = {"kafka", "registry"} | (_components(local) & {"s3"})
+    if local.settings.catalog_store == "postgres":
+        processes.add("postgres")
+    assert set(stopped) == processes
+    assert not any(h.healthy for h in local.status() if h.name in processes)
     local.up(progress=lambda message: None)
 
     assert topic in make_admin(stack.kafka).list_topics(timeout=10).topics
@@ -84,3 +94,19 @@ def test_the_spark_jvm_runs_the_throughput_collector(spark: Any) -> None:
     beans = spark.sparkContext._jvm.java.lang.management.ManagementFactory
     names = sorted(str(bean.getName()) for bean in beans.getGarbageCollectorMXBeans())
     assert names == ["PS MarkSweep", "PS Scavenge"]
+
+
+def test_no_secret_reaches_the_spark_jvms_command_line(stack: Stack, spark: Any) -> None:
+    """pyspark hands its builder's settings to spark-submit as arguments, which any user can
+    read in /proc/<pid>/cmdline: the catalog's secrets are set on the running session."""
+    conf = spark_catalog_conf(stack.catalog.name, catalog_properties(stack.catalog))
+    secrets = {key: value for key, value in conf.items() if is_secret(key)}
+    if not secrets:
+        pytest.skip("this catalog's settings carry no secret (the S3 layout's do)")
+    jvm = spark.sparkContext._jvm
+    pid = jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getPid()
+    command_line = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    assert "spark.sql.catalog" in command_line  # the right process: the rest of the conf
+    for key, value in secrets.items():
+        assert value not in command_line, key
+        assert spark.conf.get(key) == value

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter
 from pydantic import SecretStr
 
 from shared.avro import WireFormatError, decode, encode, parse, split_header
-from shared.catalog import spark_catalog_conf
+from shared.catalog import is_secret, spark_catalog_conf
 from shared.endpoint import Health, MetricsServer
 from shared.errors import Backoff, FatalError, RetryableError, retry
 from shared.loop import run_loop
@@ -223,3 +223,52 @@ def test_spark_catalog_conf_translates_pyiceberg_properties(tmp_path: Path) -> N
     assert rest["spark.sql.catalog.lake.type"] == "rest"
     with pytest.raises(ValueError, match="glue"):
         spark_catalog_conf("lake", {"type": "glue"})
+
+
+def test_an_authenticated_rest_catalog_reaches_spark_whole() -> None:
+    properties = {
+        "type": "rest",
+        "uri": "https://rest:8181",
+        "credential": "client:secret",
+        "token": "t0k",
+        "oauth2-server-uri": "https://idp/token",
+        "scope": "catalog",
+        "header.X-Iceberg-Access-Delegation": "vended-credentials",
+        "warehouse": "lake",
+        "py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO",
+    }
+    conf = spark_catalog_conf("lake", properties)
+    for key, value in properties.items():
+        if key not in ("type", "py-io-impl"):
+            assert conf[f"spark.sql.catalog.lake.{key}"] == value
+    assert "spark.sql.catalog.lake.py-io-impl" not in conf
+    secret = {k for k in conf if is_secret(k)}
+    assert secret == {
+        "spark.sql.catalog.lake.credential",
+        "spark.sql.catalog.lake.token",
+        "spark.sql.catalog.lake.header.X-Iceberg-Access-Delegation",
+    }
+
+
+def test_an_s3_warehouse_uses_s3fileio_and_its_keys_are_secret() -> None:
+    conf = spark_catalog_conf(
+        "lake",
+        {
+            "type": "sql",
+            "uri": "postgresql+psycopg2://ice:pw@db:5433/cat",
+            "warehouse": "s3://bucket/warehouse",
+            "s3.endpoint": "http://s3:8333",
+            "s3.access-key-id": "AK",
+            "s3.secret-access-key": "SK",
+            "client.region": "us-east-1",
+        },
+    )
+    assert conf["spark.sql.catalog.lake.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
+    assert conf["spark.sql.catalog.lake.client.region"] == "us-east-1"
+    assert {k.rsplit(".", 1)[-1] for k in conf if is_secret(k)} == {
+        "password",
+        "access-key-id",
+        "secret-access-key",
+    }
+    assert not is_secret("spark.sql.catalog.lake.s3.endpoint")
+    assert not is_secret("spark.sql.catalog.lake.oauth2-server-uri")
