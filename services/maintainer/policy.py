@@ -186,8 +186,8 @@ def _describe(partitions: list[PartitionHealth], what: str) -> str:
 def with_equality_deletes(options: Mapping[str, str]) -> dict[str, str]:
     """Compaction ``options`` for a table with equality deletes.
 
-    Only the writer's upsert path writes them, to unpartitioned tables, and the executor
-    drops the dangling ones itself: Iceberg's own removal (1.12) fails when a commit lands
+    Only the writer's upsert path writes them, and the executor drops the dangling ones
+    itself: Iceberg's own removal (1.12) fails when a commit lands
     while it runs, as the writer's upserts do under the lease. And a rewrite reads its data
     files with their deletes applied, while an equality delete file applies to every older
     data file: without the executor cache (off for rewrites by default, as suits

@@ -574,12 +574,19 @@ def test_with_the_lease_compaction_wins_against_updates_spread_over_every_file(
     print(f"\nlease: writer {stats}, results {[(r.status.value, r.message) for r in results]}")
 
 
+@pytest.mark.parametrize(
+    "partition_by",
+    [None, "region", "bucket(4, id)"],
+    ids=["unpartitioned", "partitioned-by-value", "partitioned-by-key"],
+)
 def test_compaction_applies_the_writers_equality_deletes_and_drops_them(
-    spark: Any, executor: MaintenanceExecutor, namespace: str
+    spark: Any, executor: MaintenanceExecutor, namespace: str, partition_by: str | None
 ) -> None:
     """The writer's upsert path (``upserts.py``) commits equality deletes; a compaction with
-    the policy's options for them rewrites every file they touch, and the executor then
-    removes the delete files (Iceberg leaves them in an unpartitioned table)."""
+    the policy's options for them rewrites every file they touch, and then no delete file
+    is left: the executor removes the global ones (Iceberg leaves those, the only kind of
+    an unpartitioned table and the writer's in a table partitioned by a value), Iceberg's
+    remove-dangling-deletes the partition-scoped ones."""
     from services.maintainer.policy import (
         COMPACTION_OPTIONS,
         EQUALITY_DELETES_OPTION,
@@ -587,9 +594,11 @@ def test_compaction_applies_the_writers_equality_deletes_and_drops_them(
     )
 
     table = f"{namespace}.upserted"
+    partitioned = f"PARTITIONED BY ({partition_by})" if partition_by else ""
     spark.sql(
         f"""CREATE TABLE icefjord.{table} (id BIGINT NOT NULL, region STRING, v STRING)
-        USING iceberg TBLPROPERTIES ('format-version'='3', 'write.merge.mode'='merge-on-read')"""
+        USING iceberg {partitioned}
+        TBLPROPERTIES ('format-version'='3', 'write.merge.mode'='merge-on-read')"""
     )
     append(spark, table, [(k, region(k), "v0") for k in range(40)])
     model = {k: (region(k), "v0") for k in range(40)}
@@ -600,7 +609,10 @@ def test_compaction_applies_the_writers_equality_deletes_and_drops_them(
         upsert(spark, table, model, keys, deleted, step)
     assert contents(spark, table) == model
     kinds = spark.sql(f"SELECT content FROM icefjord.{table}.delete_files").collect()
-    assert [r.content for r in kinds] == [2] * 6, "each upsert commit has one equality delete"
+    if partition_by == "bucket(4, id)":  # one per partition a commit's keys fall in
+        assert len(kinds) > 6 and {r.content for r in kinds} == {2}
+    else:
+        assert [r.content for r in kinds] == [2] * 6, "each commit has one equality delete"
     options = with_equality_deletes({**COMPACTION_OPTIONS, EQUALITY_DELETES_OPTION: "1"})
     result = executor.execute(
         request(table, MaintenanceAction.COMPACT_DATA_FILES, **options), MaintenancePolicy()
@@ -609,7 +621,8 @@ def test_compaction_applies_the_writers_equality_deletes_and_drops_them(
     assert contents(spark, table) == model
     left = spark.sql(f"SELECT count(*) AS n FROM icefjord.{table}.delete_files").first().n
     assert left == 0, "equality deletes left behind after the compaction"
-    assert result.files_after == 1
+    partitions = spark.sql(f"SELECT count(*) AS n FROM icefjord.{table}.partitions").first().n
+    assert result.files_after == partitions
 
 
 def test_upsert_commits_go_in_under_the_lease_and_every_compaction_still_commits(
