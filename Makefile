@@ -6,11 +6,13 @@ BIN := $(VENV)/bin
 PY_SOURCES := services shared icefjord contracts
 PYTEST_ARGS ?=
 # Run again with the warehouse on the local S3 server and the catalog in PostgreSQL.
-S3_SUITE := tests/integration/test_local_stack.py tests/integration/test_writer.py \
+# The stack's own tests go last: they stop and start it, PostgreSQL included.
+S3_SUITE := tests/integration/test_writer.py \
 	tests/integration/test_writer_files.py tests/integration/test_writer_bulk.py \
 	tests/integration/test_writer_crash.py tests/integration/test_maintainer_execute.py \
 	tests/integration/test_maintainer_service.py \
-	tests/integration/test_demo_e2e.py::test_iceberg_equals_the_source_after_kills_and_a_broker_restart
+	tests/integration/test_demo_e2e.py::test_iceberg_equals_the_source_after_kills_and_a_broker_restart \
+	tests/integration/test_local_stack.py
 
 .DEFAULT_GOAL := help
 

@@ -79,33 +79,37 @@ def retry(
                 time.sleep(delay)
 
 
-# What an unreachable object store looks like from the JVM (S3FileIO, Hadoop) when py4j
-# hands the failure back: the Java exception's class names and messages, in its text.
-_STORAGE_OUTAGE_SIGNS = (
+# What an unreachable object store or catalog database looks like from the JVM (S3FileIO,
+# Hadoop, Iceberg's JDBC catalog) when py4j hands the failure back: the Java exception's
+# class names and messages, in its text.
+_OUTAGE_SIGNS = (
     "SdkClientException",
     "Unable to execute HTTP request",
     "java.net.ConnectException",
     "java.net.SocketTimeoutException",
     "RuntimeIOException",
     "UncheckedIOException",
+    "UncheckedSQLException",
+    "SQLTransientConnectionException",
+    "SQLNonTransientConnectionException",
+    "PSQLException",
 )
 
 
-def storage_unavailable(exc: BaseException) -> bool:
-    """Whether ``exc`` says the warehouse's storage could not be reached (or read or
-    written for a reason that may pass): an ``OSError`` from pyarrow's file systems (what
-    pyiceberg reads table metadata with), or a Java I/O or S3 client failure through py4j.
-    A retry later finds the table as the last successful commit left it."""
+def warehouse_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the warehouse (its object store, or its catalog's database)
+    could not be reached, or read or written for a reason that may pass: an ``OSError``
+    from pyarrow's file systems (what pyiceberg reads table metadata with), or a Java I/O,
+    S3 client or JDBC failure through py4j. A retry later finds each table as its last
+    successful commit left it."""
     if isinstance(exc, OSError):
         return True
     text = str(exc)
-    return type(exc).__name__ == "Py4JJavaError" and any(
-        sign in text for sign in _STORAGE_OUTAGE_SIGNS
-    )
+    return type(exc).__name__ == "Py4JJavaError" and any(sign in text for sign in _OUTAGE_SIGNS)
 
 
-def waiting_for_storage(step: Callable[[], T]) -> Callable[[], T]:
-    """``step`` with storage outages (:func:`storage_unavailable`) raised as
+def waiting_for_warehouse(step: Callable[[], T]) -> Callable[[], T]:
+    """``step`` with warehouse outages (:func:`warehouse_unavailable`) raised as
     :class:`RetryableError`: a service then waits for the store and tries again instead of
     exiting."""
 
@@ -115,8 +119,8 @@ def waiting_for_storage(step: Callable[[], T]) -> Callable[[], T]:
         except RetryableError:
             raise
         except Exception as exc:
-            if storage_unavailable(exc):
-                raise RetryableError(f"storage unavailable: {str(exc)[:500]}") from exc
+            if warehouse_unavailable(exc):
+                raise RetryableError(f"warehouse unavailable: {str(exc)[:500]}") from exc
             raise
 
     return wrapped

@@ -87,24 +87,27 @@ def own_pipeline(stack: Stack, why: str, needs_postgres: bool = False) -> Iterat
     # reach its directory (pytest's own tmp dirs are 0700).
     home = Path(tempfile.mkdtemp(prefix="icefjord-pg-"))
     home.chmod(0o755)
-    settings = stack.local.settings.model_copy(
-        update={
-            "postgres_port": free_port(),
-            "postgres_dir": home / "pg",
-            "connect_port": free_port(),
-            "normalizer_port": free_port(),
-            "watcher_port": free_port(),
-            "writer_port": free_port(),
-            "maintainer_port": free_port(),
-        }
-    )
+    update: dict[str, object] = {
+        "connect_port": free_port(),
+        "normalizer_port": free_port(),
+        "watcher_port": free_port(),
+        "writer_port": free_port(),
+        "maintainer_port": free_port(),
+    }
+    # A stack whose catalog is in PostgreSQL shares that cluster with its demo, as `make
+    # demo` does; it stays up for the session's other tests.
+    own_postgres = stack.local.settings.catalog_store != "postgres"
+    if own_postgres:
+        update |= {"postgres_port": free_port(), "postgres_dir": home / "pg"}
+    settings = stack.local.settings.model_copy(update=update)
     try:
         yield settings
     finally:
         for service in service_processes(settings):
             service.stop()
         KafkaConnect(settings, None).stop()
-        PostgresCluster(settings).stop()
+        if own_postgres:
+            PostgresCluster(settings).stop()
         shutil.rmtree(home, ignore_errors=True)
 
 

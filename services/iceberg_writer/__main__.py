@@ -24,7 +24,7 @@ from services.iceberg_writer.tables import FencedError, TableStore
 from services.iceberg_writer.writer import Writer
 from shared.catalog import open_catalog
 from shared.endpoint import Health
-from shared.errors import Backoff, retry, waiting_for_storage
+from shared.errors import Backoff, retry, waiting_for_warehouse
 from shared.kafka import make_admin, make_consumer, make_producer
 from shared.loop import run_loop
 from shared.registry import make_registry_client
@@ -91,13 +91,13 @@ def run(settings: WriterSettings, stop: threading.Event) -> None:
             health.hold("warming up Spark")
             writer.warm_up_in_background(lambda: health.release("warming up Spark"))
         retry(
-            waiting_for_storage(writer.start),
+            waiting_for_warehouse(writer.start),
             what="read the control topic and the tables",
             backoff=Backoff(attempts=10),
             stop=stop,
         )
         log.info("iceberg-writer running", extra={"epoch": writer.epoch})
-        step = waiting_for_storage(writer.step)
+        step = waiting_for_warehouse(writer.step)
         run_loop(step, stop, health, stuck_after_s=settings.stuck_step_s)
         writer.flush_all()
 

@@ -18,7 +18,7 @@ from services.maintainer.service import build_service
 from services.maintainer.warm import warm_up
 from shared.catalog import open_catalog
 from shared.endpoint import Health
-from shared.errors import waiting_for_storage
+from shared.errors import waiting_for_warehouse
 from shared.kafka import make_consumer, make_producer
 from shared.loop import run_loop
 from shared.registry import make_registry_client
@@ -73,7 +73,7 @@ def run(settings: MaintainerSettings, stop: threading.Event) -> None:
             stop=stop,
         )
         log.info("maintainer running", extra={"catalog": settings.catalog.name})
-        step = waiting_for_storage(service.step)
+        step = waiting_for_warehouse(service.step)
         run_loop(step, stop, health, stuck_after_s=settings.stuck_step_s)
 
 

@@ -79,7 +79,7 @@ def _own_exits(settings: LocalSettings) -> list[str]:
     """The log lines in which a service ended by itself (``<service> failed|crashed``)."""
     ended = re.compile(r'"level": "ERROR".*"msg": "[a-z-]+ (failed|crashed)"')
     return [
-        line[:400]
+        line[:4000]
         for path in sorted((settings.state / "run").glob("service-*.log"))
         for line in path.read_text(errors="replace").splitlines()
         if ended.search(line)

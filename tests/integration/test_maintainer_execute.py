@@ -8,13 +8,11 @@ rows before and after maintenance (or with an in-memory model while a writer run
 from __future__ import annotations
 
 import json
-import os
 import random
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -317,27 +315,33 @@ def test_expiry_never_removes_the_latest_offsets_snapshot(
 def test_orphans_and_manifests(
     spark: Any, stack: Stack, executor: MaintenanceExecutor, fragmented: str
 ) -> None:
+    """A planted orphan goes, a file younger than the cutoff (a commit in flight) stays, and
+    no live file goes: on local disk and on S3 alike, through the table's own FileIO (S3
+    keeps modification times in whole seconds, hence the pauses around the cutoff)."""
     before = contents(spark, fragmented)
-    location = open_catalog(stack.catalog).load_table(fragmented).location()
-    data_dir = Path(location.removeprefix("file:")) / "data"
-    orphan = data_dir / f"orphan-{uuid.uuid4().hex}.parquet"
-    orphan.write_bytes(b"not referenced by any snapshot")
-    old = time.time() - 7200
-    os.utime(orphan, (old, old))
-    fresh = data_dir / f"in-flight-{uuid.uuid4().hex}.parquet"
-    fresh.write_bytes(b"maybe a commit in flight")
+    table = open_catalog(stack.catalog).load_table(fragmented)
+    data_dir = f"{table.location().rstrip('/')}/data"
+
+    def plant(name: str, body: bytes) -> str:
+        path = f"{data_dir}/{name}-{uuid.uuid4().hex}.parquet"
+        with table.io.new_output(path).create() as out:
+            out.write(body)
+        return path
+
+    orphan = plant("orphan", b"not referenced by any snapshot")
+    time.sleep(2.5)
+    cutoff_ms = int((time.time() - 1.0) * 1000)
+    time.sleep(1.5)
+    fresh = plant("in-flight", b"maybe a commit in flight")
     result = executor.execute(
-        request(
-            fragmented,
-            MaintenanceAction.REMOVE_ORPHAN_FILES,
-            older_than_ms=str(int((time.time() - 600) * 1000)),
-        ),
+        request(fragmented, MaintenanceAction.REMOVE_ORPHAN_FILES, older_than_ms=str(cutoff_ms)),
         MaintenancePolicy(),
     )
     assert result.status is Status.SUCCEEDED, result
-    assert not orphan.exists()
-    assert fresh.exists(), "files younger than the cutoff are never touched"
+    assert not table.io.new_input(orphan).exists()
+    assert table.io.new_input(fresh).exists(), "files younger than the cutoff are never touched"
     assert result.files_before == 1
+    assert contents(spark, fragmented) == before
     manifests = executor.execute(
         request(fragmented, MaintenanceAction.REWRITE_MANIFESTS), MaintenancePolicy()
     )
@@ -345,7 +349,7 @@ def test_orphans_and_manifests(
     assert manifests.files_after is not None and manifests.files_before is not None
     assert manifests.files_after < manifests.files_before
     assert contents(spark, fragmented) == before
-    fresh.unlink()
+    table.io.delete(fresh)
 
 
 def test_rejected_requests(executor: MaintenanceExecutor, fragmented: str, namespace: str) -> None:
