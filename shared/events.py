@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self, TypeAlias, TypeVar
 
+from shared.errors import IcefjordError
+
 __all__ = [
     "ALL_TABLES",
     "CONTROL_NAMESPACE",
@@ -49,7 +51,7 @@ CONTROL_NAMESPACE = "io.icefjord.control"
 ALL_TABLES = "*"
 
 
-class UnknownEventError(ValueError):
+class UnknownEventError(IcefjordError, ValueError):
     """A control record this code cannot interpret: an unknown payload type, or an unknown
     symbol of an enum without a default. Consumers skip such events (and count them)."""
 
