@@ -71,7 +71,7 @@ def change_record(
     key_fields: list[dict[str, Any]],
     key: list[str] | None = None,
 ) -> dict[str, Any]:
-    """A normalized change-record value schema, shaped as in wire fact 1."""
+    """A normalized change-record value schema, shaped as contracts/avro/change_record.v2.avsc."""
     return {
         "type": "record",
         "name": "OrdersChange",
