@@ -92,7 +92,7 @@ class BenchOptions:
     service_start_timeout_s: float = 300.0
     # Keep the source's schema after the run. Otherwise it is dropped once every table has
     # been found equal (a failed check keeps it to look into): each run's rows and the WAL
-    # they wrote would pile up in the local cluster (26 runs: about 2 GB of tables).
+    # they wrote would pile up in the local cluster (HISTORY.md, "2026-11-26, late").
     keep_source: bool = False
     command: str = field(default_factory=lambda: shlex.join(sys.argv))
 
