@@ -19,8 +19,8 @@ from rich.table import Table
 
 from icefjord.bench.normalizer import InputFormat, bench, build_kind
 from icefjord.bench.pipeline import BenchOptions, BenchResult, run_bench
-from icefjord.demo.cli import EXIT_SETUP_FAILED
-from icefjord.demo.run import DemoError, SourceChoice
+from icefjord.demo.cli import EXIT_SETUP_FAILED, checked_source
+from icefjord.demo.run import DemoError
 from icefjord.local.artifacts import ArtifactError
 from icefjord.local.connect import ConnectError
 from icefjord.local.postgres import PostgresError
@@ -130,15 +130,9 @@ def bench_pipeline_command(
     """The whole pipeline: snapshot load, fixed rates, maximum; throughput, freshness and
     files over time; then every table verified. Writes report.md and bench.png."""
     console = Console()
-    if source not in ("auto", "postgres", "generator"):
-        console.print(f"[red]--source must be auto, postgres or generator, not {source!r}[/]")
-        raise typer.Exit(EXIT_SETUP_FAILED)
-    if snapshot not in ("bulk", "debezium"):
-        console.print(f"[red]--snapshot must be bulk or debezium, not {snapshot!r}[/]")
-        raise typer.Exit(EXIT_SETUP_FAILED)
+    choice = checked_source(source, snapshot, console)
     offered = _rates(rates, "--rates", console)
     set_offered = _rates(set_rates, "--set-rates", console)
-    choice: SourceChoice = source  # type: ignore[assignment]  # checked just above
     pipeline_bench(
         BenchOptions(
             source=choice,

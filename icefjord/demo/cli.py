@@ -47,13 +47,7 @@ def demo_command(
     """From PostgreSQL through Debezium to Iceberg with live progress; then prove every
     Iceberg table equals its source. Exit 1 if not, 2 if the demo could not be set up."""
     console = Console()
-    if source not in ("auto", "postgres", "generator"):
-        console.print(f"[red]--source must be auto, postgres or generator, not {source!r}[/]")
-        raise typer.Exit(EXIT_SETUP_FAILED)
-    if snapshot not in ("bulk", "debezium"):
-        console.print(f"[red]--snapshot must be bulk or debezium, not {snapshot!r}[/]")
-        raise typer.Exit(EXIT_SETUP_FAILED)
-    choice: SourceChoice = source  # type: ignore[assignment]  # checked just above
+    choice = checked_source(source, snapshot, console)
     options = DemoOptions(
         source=choice,
         workload=WorkloadSpec(rate=rate, duration_s=duration, initial_rows=initial_rows, seed=seed),
@@ -71,3 +65,16 @@ def demo_command(
         raise typer.Exit(EXIT_SETUP_FAILED) from exc
     print_summary(result, console)
     raise typer.Exit(result.exit_code)
+
+
+def checked_source(source: str, snapshot: str, console: Console) -> SourceChoice:
+    """``--source`` once it and ``--snapshot`` hold one of their choices; otherwise says
+    which does not and exits with :data:`EXIT_SETUP_FAILED` (the demo's and the benchmark's
+    options alike)."""
+    if source not in ("auto", "postgres", "generator"):
+        console.print(f"[red]--source must be auto, postgres or generator, not {source!r}[/]")
+        raise typer.Exit(EXIT_SETUP_FAILED)
+    if snapshot not in ("bulk", "debezium"):
+        console.print(f"[red]--snapshot must be bulk or debezium, not {snapshot!r}[/]")
+        raise typer.Exit(EXIT_SETUP_FAILED)
+    return source  # type: ignore[return-value]  # checked just above
