@@ -19,6 +19,8 @@ from typing import Any
 
 import fastavro
 
+from shared.errors import IcefjordError
+
 __all__ = [
     "TopicSpec",
     "UnknownSchemaError",
@@ -34,7 +36,7 @@ _SCHEMA_FILE = re.compile(r"^(?P<name>[a-z][a-z0-9_]*)\.v(?P<version>[1-9][0-9]*
 _PLACEHOLDER = re.compile(r"<[a-z_]+>")
 
 
-class UnknownSchemaError(LookupError):
+class UnknownSchemaError(IcefjordError, LookupError):
     """A schema name or version that is not packaged in ``contracts/avro``."""
 
 

@@ -17,13 +17,13 @@ import fastavro
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from shared.errors import FatalError, RetryableError
+from shared.errors import FatalError, IcefjordError, RetryableError
 
 MAGIC_BYTE = 0
 _HEADER = struct.Struct(">bI")
 
 
-class WireFormatError(ValueError):
+class WireFormatError(IcefjordError, ValueError):
     """Bytes that are not Avro in the Confluent wire format, or do not match their schema."""
 
 

@@ -9,6 +9,8 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from shared.errors import IcefjordError
+
 PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 NAMED = frozenset({"record", "error", "enum", "fixed"})
 
@@ -36,7 +38,7 @@ NARROWINGS = frozenset({(new, old) for old, new in WIDENINGS})
 DEPRECATED_PROPERTY = "icefjord.deprecated"
 
 
-class MalformedSchemaError(ValueError):
+class MalformedSchemaError(IcefjordError, ValueError):
     """The schema is not a usable Avro schema; the message says what and where."""
 
 

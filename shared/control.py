@@ -8,7 +8,7 @@ Confluent wire format, registered under ``<topic>-value``.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
@@ -23,6 +23,15 @@ log = logging.getLogger(__name__)
 def control_schema() -> dict[str, Any]:
     """The latest control envelope schema."""
     return contracts.load_schema("control_event")
+
+
+class EventPublisher(Protocol):
+    """What a service needs to announce control events: :class:`ControlPublisher` in
+    production, a list-backed fake in unit tests."""
+
+    def publish(self, event: ControlEvent) -> None: ...
+
+    def flush(self, timeout: float = 30.0) -> None: ...
 
 
 class ControlPublisher:

@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self, TypeAlias, TypeVar
 
+from shared.errors import IcefjordError
+
 __all__ = [
     "ALL_TABLES",
     "CONTROL_NAMESPACE",
@@ -49,7 +51,7 @@ CONTROL_NAMESPACE = "io.icefjord.control"
 ALL_TABLES = "*"
 
 
-class UnknownEventError(ValueError):
+class UnknownEventError(IcefjordError, ValueError):
     """A control record this code cannot interpret: an unknown payload type, or an unknown
     symbol of an enum without a default. Consumers skip such events (and count them)."""
 
@@ -129,7 +131,19 @@ def _symbol(enum_type: type[_E], value: Any) -> _E:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SchemaOperation:
-    """One step of a :class:`SchemaChange`; ``path`` is in the OLD row schema, parents first."""
+    """One step of a :class:`SchemaChange`.
+
+    ``path`` names the column in the OLD row schema, parents first. For ADD_COLUMN it is the
+    old path of the parent plus the new field's name. A list element is reached through the
+    component "element" and a map value through "value" (Iceberg's own names), e.g.
+    ``("lines", "element", "sku")``.
+
+    ``type_json`` is ``json.dumps(avro_type, sort_keys=True)`` of the NEW-side type, with named
+    types inlined so it stands alone: for ADD_COLUMN the field's whole type as declared (a
+    nullable column stays ``["null", T]``), for WIDEN_TYPE the non-null type only (optionality
+    is carried by MAKE_OPTIONAL). ``new_name`` is set for RENAME_COLUMN only. ``doc`` is the
+    new field's doc, when it has one.
+    """
 
     kind: SchemaOperationKind
     path: tuple[str, ...]

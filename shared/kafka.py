@@ -168,7 +168,8 @@ def last_stable_offsets(
     A consumer's own ``get_watermark_offsets`` asks one partition at a time on the
     connection its fetches use, and each request queued behind a fetch waiting for data
     (``fetch.wait.max.ms``): for the six partitions of the control topic that took
-    iceberg-writer 2.9 s, while nothing else in its loop ran. The admin client has a
+    iceberg-writer seconds, while nothing else in its loop ran (docs/benchmarks/HISTORY.md,
+    "Figures moved out of code comments"). The admin client has a
     connection of its own. Raises KafkaException when the broker does not answer.
     """
     request = {TopicPartition(tp.topic, tp.partition): OffsetSpec.latest() for tp in partitions}

@@ -1,8 +1,9 @@
 """Reading a registered schema: a full normalized change record, or a bare row record.
 
-A change record (common brief, wire fact 1) is recognised by its `after` field; its row is the
-record inside `after`, its key columns come from the `icefjord.key` property or, failing that,
-from the fields of the `key` record. Any other record is taken as a bare row with no key.
+A change record (``contracts/avro/change_record.v2.avsc``) is recognised by its `after`
+field; its row is the record inside `after`, its key columns come from the `icefjord.key`
+property or, failing that, from the fields of the `key` record. Any other record is taken as
+a bare row with no key.
 """
 
 from __future__ import annotations

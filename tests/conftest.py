@@ -141,8 +141,16 @@ def namespace(stack: Stack, unique: Callable[[str], str]) -> Iterator[str]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests under tests/integration are marked ``integration`` unless marked ``e2e``."""
+    """Mark tests by their folder, so no test depends on a module remembering its marker:
+    tests under tests/unit are ``unit``, those under tests/integration ``integration``
+    unless marked ``e2e``. A test under tests/unit that asks for the stack is an error."""
+    tests = Path(__file__).parent
     for item in items:
         path = Path(str(item.fspath))
-        if "integration" in path.parts and not item.get_closest_marker("e2e"):
+        folder = path.relative_to(tests).parts[0] if path.is_relative_to(tests) else ""
+        if folder == "unit":
+            if "stack" in getattr(item, "fixturenames", ()):
+                raise pytest.UsageError(f"{item.nodeid} needs the stack: move it to integration")
+            item.add_marker(pytest.mark.unit)
+        elif folder == "integration" and not item.get_closest_marker("e2e"):
             item.add_marker(pytest.mark.integration)

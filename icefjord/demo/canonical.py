@@ -176,10 +176,3 @@ def checksum(rows: Iterable[tuple[Any, ...]]) -> int:
     for row in rows:
         total = (total + row_digest(row)) & _MASK
     return total
-
-
-def differing_columns(
-    columns: Sequence[Column], left: tuple[Any, ...], right: tuple[Any, ...]
-) -> list[str]:
-    """Names of the columns where two canonical rows differ."""
-    return [c.name for c, a, b in zip(columns, left, right, strict=True) if a != b]

@@ -7,7 +7,7 @@ would (:mod:`icefjord.demo.envelopes`): a snapshot of the initial rows (op ``r``
 event per row change with increasing LSNs, one transaction id and commit time per
 transaction, tombstones after deletes. The services downstream cannot tell the difference.
 
-Why not ``services/cdc_normalizer/bench.py``'s generator: it emits one fixed table with eight
+Why not ``icefjord/bench/normalizer.py``'s generator: it emits one fixed table with eight
 columns; the demo needs several tables, every column kind and schema changes mid-run.
 """
 

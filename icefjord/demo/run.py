@@ -52,12 +52,13 @@ from icefjord.local.postgres import PostgresCluster, PostgresNotInstalled, find_
 from icefjord.local.services import SERVICE_NAMES, ServiceProcess, installed, service_processes
 from icefjord.local.settings import LocalSettings
 from icefjord.local.stack import LocalStack
+from shared.errors import IcefjordError
 from shared.settings import DEAD_LETTER_TOPIC, CatalogSettings, KafkaSettings
 
 SourceChoice = Literal["auto", "postgres", "generator"]
 
 
-class DemoError(RuntimeError):
+class DemoError(IcefjordError, RuntimeError):
     """The demo could not be set up; the message says what to do."""
 
 

@@ -61,9 +61,10 @@ class NormalizerSettings(ServiceSettings):
         "Must be unique per running instance and stable across its restarts.",
     )
     # 2,000, not 500: under a backlog a quarter of the transactions (each one commits
-    # offsets and writes markers to every partition it touched); the broker used 28% less CPU
-    # per change in the benchmark's set-based phase. Below 2,000 changes/s a batch holds what
-    # is already fetched, so it stays small and adds no wait.
+    # offsets and writes markers to every partition it touched), so the broker spends less
+    # CPU per change (measured: docs/benchmarks/HISTORY.md, "Figures moved out of code
+    # comments"). Below 2,000 changes/s a batch holds what is already fetched, so it stays
+    # small and adds no wait.
     batch_size: int = Field(default=2000, ge=1, description="Records per transaction at most.")
     poll_timeout_s: float = Field(default=1.0, gt=0)
     transaction_timeout_ms: int = Field(default=60_000, ge=1000)

@@ -9,6 +9,8 @@ way, so a record that raises one goes to the dead-letter topic and is never retr
 
 from __future__ import annotations
 
+from shared.errors import IcefjordError
+
 __all__ = [
     "InvalidJson",
     "InvalidPosition",
@@ -28,7 +30,7 @@ __all__ = [
 ]
 
 
-class NormalizeError(ValueError):
+class NormalizeError(IcefjordError, ValueError):
     """Base class: the record can never be normalized. ``reason`` names the class of failure."""
 
     reason: str = "normalize_error"

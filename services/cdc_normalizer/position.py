@@ -1,8 +1,9 @@
 """Sortable source positions: one string per change that orders the changes of one key.
 
 A position is a tuple of non-negative integers rendered as 20-digit zero-padded decimals joined
-by ``"."`` (common.md item 1), so string order equals tuple order. Which integers, per
-connector (``source.connector``, or recognised by its fields when that is absent):
+by ``"."`` (the ``position`` field of ``contracts/avro/change_record.v2.avsc``), so string
+order equals tuple order. Which integers, per connector (``source.connector``, or recognised
+by its fields when that is absent):
 
 ================  =====================================================================
 postgresql        ``sequence`` = ``[last_commit_lsn, lsn]`` when present, else ``(lsn,)``;

@@ -1,4 +1,5 @@
-"""Per-table normalized Avro schemas (common.md item 1), built from the column model.
+"""Per-table normalized Avro schemas (``contracts/avro/change_record.v2.avsc``'s shape), built
+from the column model.
 
 :func:`value_schema` and :func:`key_schema` are pure and deterministic: equal
 :class:`TableSchema` values give byte-identical :func:`schema_json`, so a source schema that did
@@ -130,7 +131,8 @@ def key_schema(schema: TableSchema) -> dict[str, Any]:
 
 
 def value_schema(schema: TableSchema) -> dict[str, Any]:
-    """The Avro VALUE schema ``<TableName>Change`` in the shape of common.md item 1.
+    """The Avro VALUE schema ``<TableName>Change`` in the shape of
+    ``contracts/avro/change_record.v2.avsc`` (envelope rules: ``contracts/COMPATIBILITY.md``).
 
     Returns a fresh dict each call. Raises :class:`InvalidSchema` / :class:`UnsupportedType`
     (from the type mapping) when a column has no Avro form.

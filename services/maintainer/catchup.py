@@ -13,10 +13,11 @@ commit applied.
 of waiting, so a writer that stays behind does not leave the table to decay.
 
 Off by default (``lag_s`` 0). Measured end to end, the wait moves the compactions to the
-moment the writer has caught up, where they are bigger and hold the lease longer (15-21 s
-instead of 2-6 s on 2 cores), and the throughput gained while behind was within the noise
-(see the maintainer's README). It is there for an operator who wants a backlog drained
-before anything else, e.g. while a writer catches up after an outage.
+moment the writer has caught up, where they are bigger and hold the lease several times
+longer, and the throughput gained while behind was within the noise (figures:
+docs/benchmarks/HISTORY.md, "Figures moved out of code comments"). It is there for an
+operator who wants a backlog drained before anything else, e.g. while a writer catches up
+after an outage.
 """
 
 from __future__ import annotations

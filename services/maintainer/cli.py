@@ -8,8 +8,6 @@
 - ``tables_command`` (register as ``tables``): the health of every table, one line each.
 - ``table_app`` (mount as ``table``): ``table health <table>``, the full health model of
   one table and what the policies would do now.
-- ``bench_maintain_command`` (register as ``bench maintain``): the streaming benchmark of
-  ``bench.py``.
 
 Settings come from the maintainer's environment (``ICEFJORD_MAINTAINER_*``: Kafka, registry,
 control topic, catalog, policies). ``tables`` and ``table health`` read the catalog with
@@ -25,7 +23,6 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -50,7 +47,6 @@ __all__ = [
     "EXIT_NO_RESULT",
     "EXIT_OK",
     "EXIT_REJECTED",
-    "bench_maintain_command",
     "build_request",
     "control_app",
     "health_rows",
@@ -572,38 +568,3 @@ def table_health(
             f"policy {candidate.policy}: {candidate.action.value}{scope} "
             f"(pressure {candidate.pressure:.2f}): {candidate.reason}"
         )
-
-
-def bench_maintain_command(
-    minutes: Annotated[float, typer.Option(min=0.1, help="How long to stream.")] = 30.0,
-    interval: Annotated[float, typer.Option(min=0.1, help="Seconds between commits.")] = 1.0,
-    rows: Annotated[int, typer.Option(min=1, help="Changes per commit.")] = 20,
-    partitions: Annotated[int, typer.Option(min=1, help="Partitions of the table.")] = 4,
-    format_version: Annotated[
-        int, typer.Option(min=2, max=3, help="Table format (3: deletion vectors, as written).")
-    ] = 3,
-    sample_every: Annotated[float, typer.Option(min=1, help="Seconds between samples.")] = 10.0,
-    keep: Annotated[bool, typer.Option(help="Keep the table afterwards.")] = False,
-    out: Annotated[
-        Path | None,
-        typer.Option(help="Directory for samples.csv, commits.csv and the chart bench.png."),
-    ] = None,
-    target: Annotated[
-        float, typer.Option(min=0.1, help="Commit latency target drawn on the chart (s).")
-    ] = 10.0,
-) -> None:
-    """Stream small MERGE commits for MINUTES under the maintainer's policies; report files
-    per partition over time and commit latency during maintenance (Spark + catalog only)."""
-    from services.maintainer.bench import BenchConfig, run_and_render
-
-    config = BenchConfig(
-        duration_s=minutes * 60,
-        commit_interval_s=interval,
-        rows_per_commit=rows,
-        partitions=partitions,
-        format_version=format_version,
-        keys=max(rows * 100, 1000),
-        sample_interval_s=sample_every,
-    )
-    if not run_and_render(config, keep=keep, console=_console(), out=out, latency_target_s=target):
-        raise typer.Exit(1)

@@ -105,8 +105,8 @@ class MaintainerSettings(ServiceSettings):
         description="Once it holds the lease, wait at most this long for a writer commit "
         "already in flight to land before rewriting (less when the writer's recent commits "
         "were quicker); 0: start at once, and a rewrite that loses to such a commit runs "
-        "again at once (with the priority boost a rewrite takes 1-2 s, while this wait, "
-        "when nothing was in flight, took 2-5 s of every lease).",
+        "again at once (with the priority boost a rewrite is usually shorter than this wait "
+        "was when nothing was in flight; figures in docs/benchmarks/HISTORY.md).",
     )
     compaction_lease_nice: int = Field(
         default=-10,
@@ -145,7 +145,8 @@ class MaintainerSettings(ServiceSettings):
     warm_up: bool = Field(
         default=True,
         description="Run each maintenance procedure once on a throwaway table at start, so "
-        "the first real compaction (which holds the table's lease) is not 15 s slower.",
+        "the first real compaction (which holds the table's lease) does not pay for the "
+        "JVM's first compilation of the rewrite path.",
     )
     create_control_topic: bool = True
     topic_replication_factor: int | None = Field(default=None, ge=1)

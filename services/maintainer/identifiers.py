@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
+from shared.errors import IcefjordError
+
 __all__ = [
     "Comparison",
     "IsNull",
@@ -33,11 +35,11 @@ _NAME_RE = re.compile(_NAME)
 _TABLE_RE = re.compile(rf"({_NAME})\.({_NAME})")
 
 
-class MalformedIdentifierError(ValueError):
+class MalformedIdentifierError(IcefjordError, ValueError):
     """A table or column identifier that does not match the strict pattern."""
 
 
-class MalformedFilterError(ValueError):
+class MalformedFilterError(IcefjordError, ValueError):
     """A partition filter outside the accepted grammar."""
 
 

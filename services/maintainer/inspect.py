@@ -26,7 +26,7 @@ from services.maintainer.health import (
     TableInspection,
 )
 from services.maintainer.identifiers import TableId
-from shared.errors import RetryableError
+from shared.errors import IcefjordError, RetryableError
 
 __all__ = [
     "OFFSETS_PROPERTY",
@@ -43,7 +43,7 @@ TARGET_FILE_SIZE_PROPERTY = "write.target-file-size-bytes"
 OLD_SPEC_FIELD = "__spec"
 
 
-class UnknownTableError(LookupError):
+class UnknownTableError(IcefjordError, LookupError):
     """The catalog has no such table."""
 
 

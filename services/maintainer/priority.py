@@ -3,11 +3,12 @@
 While the lease is held the writer's commits to that table wait (``shared.lease``), so
 every CPU second the rewrite waits for is a second of staleness for the table. On a machine
 the services share (a laptop running the local stack) the rewrite competes with the
-writer's own Spark, Kafka and the source: in the end-to-end benchmark a compaction that
-takes 0.9 s on an idle machine took 7.2 s at 1,000 changes/s, and held the table all that
-time. :class:`LeaseBoost` raises the priority of this process and its children (the Spark
-JVM) for the lease's duration, as a lock holder's priority is raised in an operating
-system, and puts it back after.
+writer's own Spark, Kafka and the source: in the end-to-end benchmark a compaction took
+several times longer at 1,000 changes/s than on an idle machine, and held the table all that
+time (figures: docs/benchmarks/HISTORY.md, "Figures moved out of code comments").
+:class:`LeaseBoost` raises the priority of this process and its children (the Spark JVM)
+for the lease's duration, as a lock holder's priority is raised in an operating system, and
+puts it back after.
 
 Only a lease that holds the writer back is boosted: the executor skips the boost when the
 writer's last commit to the table took a path that goes ahead under the lease
@@ -27,7 +28,8 @@ while boosted, which inherited the raised priority. Where the kernel groups proc
 session for scheduling (``sched_autogroup_enabled``, the default on desktop kernels), a
 thread's nice only counts inside its session's group and the groups share the CPU equally:
 every service runs in a session of its own, so the boost sets the group's nice too
-(``/proc/<pid>/autogroup``). With the thread nice alone the rewrite above still took 7.0 s.
+(``/proc/<pid>/autogroup``). With the thread nice alone the rewrite above took as long as
+without the boost.
 """
 
 from __future__ import annotations

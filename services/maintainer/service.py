@@ -42,7 +42,7 @@ from services.maintainer.planner import PlannerLimits, PlannerState, plan
 from services.maintainer.policy import Candidate, MaintenancePolicy, evaluate
 from services.maintainer.priority import LeaseBoost
 from shared.avro import AvroCodec
-from shared.control import ControlPublisher, ControlReader
+from shared.control import ControlPublisher, ControlReader, EventPublisher
 from shared.errors import RetryableError
 from shared.events import (
     CommitDone,
@@ -55,7 +55,6 @@ from shared.events import (
 from shared.lease import holds_writer_back
 
 __all__ = [
-    "EventPublisher",
     "EventSource",
     "Executor",
     "HealthBoard",
@@ -100,14 +99,6 @@ class EventSource(Protocol):
     def poll(self, timeout: float) -> list[ControlEvent]: ...
 
     def commit(self) -> None: ...
-
-
-class EventPublisher(Protocol):
-    """What :class:`shared.control.ControlPublisher` offers."""
-
-    def publish(self, event: ControlEvent) -> None: ...
-
-    def flush(self, timeout: float = 30.0) -> None: ...
 
 
 class Executor(Protocol):

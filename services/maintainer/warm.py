@@ -1,9 +1,10 @@
 """Run the maintainer's Spark procedures once on a throwaway table, before the first real one.
 
 The first ``rewrite_data_files`` in a fresh JVM loads and compiles most of Spark's and
-Iceberg's rewrite path. In the end-to-end benchmark the first compaction of a 59-file table
-took 20.4 s and the next one (86 files) 5.2 s. A compaction holds the table's lease, so the
-writer's commits for that table wait all that time (``shared.lease``).
+Iceberg's rewrite path. In the end-to-end benchmark the first compaction in a fresh JVM took
+about four times as long as the next, larger one (docs/benchmarks/HISTORY.md, "Figures
+moved out of code comments"). A compaction holds the table's lease, so the writer's commits
+for that table wait all that time (``shared.lease``).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def warm_up(spark: SparkSession) -> float:
             )
         spark.sql(f"DELETE FROM {target} WHERE id % 10 = 0")  # deletion vectors to apply
         options = {"min-input-files": 2, "delete-file-threshold": 1}
-        # The lease's property commits: the first took 1.2 s in the benchmark, held.
+        # The lease's property commits: the first in a fresh JVM is slow, and held.
         spark.sql(lease_sql(catalog, table, int(time.time() * 1000)))
         spark.sql(release_lease_sql(catalog, table))
         spark.sql(rewrite_position_deletes_sql(catalog, table, None, {"rewrite-all": True}))

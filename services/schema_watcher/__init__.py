@@ -5,14 +5,15 @@ The pure core lives here: `plan_evolution` decides, `apply_plan` shows what a pl
 
 from services.schema_watcher.apply import apply_plan, normalize_row_schema, schemas_equivalent
 from services.schema_watcher.evolution import plan_evolution
-from services.schema_watcher.plan import EvolutionPlan, OperationKind, SchemaOperation, Verdict
+from services.schema_watcher.plan import EvolutionPlan
 from shared.avro_types import MalformedSchemaError
+from shared.events import SchemaOperation, SchemaOperationKind, Verdict
 
 __all__ = [
     "EvolutionPlan",
     "MalformedSchemaError",
-    "OperationKind",
     "SchemaOperation",
+    "SchemaOperationKind",
     "Verdict",
     "apply_plan",
     "normalize_row_schema",

@@ -14,13 +14,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from services.schema_watcher.plan import EvolutionPlan, OperationKind, SchemaOperation, Verdict
+from services.schema_watcher.plan import EvolutionPlan
 from shared.avro_types import (
     DEPRECATED_PROPERTY,
     family,
     normalize_type,
     split_nullable,
 )
+from shared.events import SchemaOperation, SchemaOperationKind, Verdict
 from shared.schema_view import read_schema
 
 # Operations name fields by their OLD names; the applied tree remembers them under this key
@@ -67,11 +68,11 @@ def schemas_equivalent(applied: Mapping[str, Any], expected: Mapping[str, Any]) 
 
 
 def _apply(row: dict[str, Any], operation: SchemaOperation) -> None:
-    if operation.kind is OperationKind.ADD_COLUMN:
+    if operation.kind is SchemaOperationKind.ADD_COLUMN:
         _add(row, operation)
         return
     holder, key, field = _locate(row, operation.path)
-    if operation.kind is OperationKind.WIDEN_TYPE:
+    if operation.kind is SchemaOperationKind.WIDEN_TYPE:
         if operation.type_json is None:
             raise ValueError(f"WIDEN_TYPE at {operation.path} has no type_json")
         new_base = json.loads(operation.type_json)
@@ -80,15 +81,15 @@ def _apply(row: dict[str, Any], operation: SchemaOperation) -> None:
             holder[key] = [b if b == "null" else new_base for b in current]
         else:
             holder[key] = new_base
-    elif operation.kind is OperationKind.MAKE_OPTIONAL:
+    elif operation.kind is SchemaOperationKind.MAKE_OPTIONAL:
         _make_optional(holder, key, field)
-    elif operation.kind is OperationKind.RENAME_COLUMN:
+    elif operation.kind is SchemaOperationKind.RENAME_COLUMN:
         if field is None or operation.new_name is None:
             raise ValueError(f"RENAME_COLUMN at {operation.path} does not name a field")
         aliases = [*field.get("aliases", []), field["name"]]
         field["name"] = operation.new_name
         field["aliases"] = list(dict.fromkeys(aliases))
-    elif operation.kind is OperationKind.SOFT_DROP_COLUMN:
+    elif operation.kind is SchemaOperationKind.SOFT_DROP_COLUMN:
         if field is None:
             raise ValueError(f"SOFT_DROP_COLUMN at {operation.path} does not name a field")
         _make_optional(holder, key, field)

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from services.schema_watcher.evolution import plan_evolution
-from services.schema_watcher.plan import Verdict
+from shared.events import Verdict
 
 EXIT_APPLY = 0
 EXIT_UNREADABLE = 2

@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from services.schema_watcher.plan import EvolutionPlan, OperationKind, SchemaOperation, Verdict
+from services.schema_watcher.plan import EvolutionPlan
 from shared.avro_types import (
     NARROWINGS,
     WIDENINGS,
@@ -30,6 +30,7 @@ from shared.avro_types import (
     type_label,
     unsupported_union,
 )
+from shared.events import SchemaOperation, SchemaOperationKind, Verdict
 from shared.schema_view import SchemaView, read_schema
 
 
@@ -112,7 +113,9 @@ class _RowDiff:
         pairs = self._match(path, old_fields, new_fields)
         matched = {old_field["name"] for _, old_field in pairs if old_field is not None}
         self.drops.extend(
-            SchemaOperation(OperationKind.SOFT_DROP_COLUMN, (*path, old_field["name"]))
+            SchemaOperation(
+                kind=SchemaOperationKind.SOFT_DROP_COLUMN, path=(*path, old_field["name"])
+            )
             for old_field in old_fields
             if old_field["name"] not in matched
         )
@@ -173,8 +176,8 @@ class _RowDiff:
         else:
             self.operations.append(
                 SchemaOperation(
-                    OperationKind.ADD_COLUMN,
-                    path,
+                    kind=SchemaOperationKind.ADD_COLUMN,
+                    path=path,
                     type_json=json.dumps(new_type, sort_keys=True),
                     doc=_doc(new_field),
                 )
@@ -187,7 +190,10 @@ class _RowDiff:
         if old_field["name"] != new_field["name"]:
             self.operations.append(
                 SchemaOperation(
-                    OperationKind.RENAME_COLUMN, path, new_name=new_field["name"], doc=doc
+                    kind=SchemaOperationKind.RENAME_COLUMN,
+                    path=path,
+                    new_name=new_field["name"],
+                    doc=doc,
                 )
             )
         self._type(path, old_field["type"], new_field["type"], doc)
@@ -201,7 +207,9 @@ class _RowDiff:
                 f"{type_label(new_base)} is not allowed (existing nulls)"
             )
         elif new_nullable and not old_nullable:
-            self.operations.append(SchemaOperation(OperationKind.MAKE_OPTIONAL, path, doc=doc))
+            self.operations.append(
+                SchemaOperation(kind=SchemaOperationKind.MAKE_OPTIONAL, path=path, doc=doc)
+            )
         self._base(path, old_base, new_base, doc)
 
     def _base(self, path: tuple[str, ...], old_base: Any, new_base: Any, doc: str | None) -> None:
@@ -217,8 +225,8 @@ class _RowDiff:
         elif _is_widening(old_base, new_base):
             self.operations.append(
                 SchemaOperation(
-                    OperationKind.WIDEN_TYPE,
-                    path,
+                    kind=SchemaOperationKind.WIDEN_TYPE,
+                    path=path,
                     type_json=json.dumps(new_base, sort_keys=True),
                     doc=doc,
                 )

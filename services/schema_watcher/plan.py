@@ -1,64 +1,16 @@
 """The evolution plan: what schema-watcher decides for one new schema version.
 
-These are the service's own value types. The lead maps them onto the `SchemaChange` control
-event (common brief, wire fact 2); the kind and verdict values are spelled exactly as on the wire.
+A plan is built from the control events' own types (`shared.events`: `Verdict`,
+`SchemaOperation`, `SchemaOperationKind`), so the watcher publishes its operations as they
+are in the `SchemaChange` event of `contracts/avro/control_event.v4.avsc`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
-
-class Verdict(StrEnum):
-    """APPLY: every operation is safe for Iceberg. QUARANTINE: a human must look first."""
-
-    APPLY = "APPLY"
-    QUARANTINE = "QUARANTINE"
-
-
-class OperationKind(StrEnum):
-    """One Iceberg schema update; values equal the `SchemaOperationKind` wire enum."""
-
-    ADD_COLUMN = "ADD_COLUMN"
-    WIDEN_TYPE = "WIDEN_TYPE"
-    MAKE_OPTIONAL = "MAKE_OPTIONAL"
-    RENAME_COLUMN = "RENAME_COLUMN"
-    SOFT_DROP_COLUMN = "SOFT_DROP_COLUMN"
-
-
-@dataclass(frozen=True, slots=True)
-class SchemaOperation:
-    """One step of a plan.
-
-    `path` names the column in the OLD row schema, parents first. For ADD_COLUMN it is the old
-    path of the parent plus the new field's name. A list element is reached through the
-    component "element" and a map value through "value" (Iceberg's own names), e.g.
-    `("lines", "element", "sku")`.
-
-    `type_json` is `json.dumps(avro_type, sort_keys=True)` of the NEW-side type, with named
-    types inlined so it stands alone: for ADD_COLUMN the field's whole type as declared (a
-    nullable column stays `["null", T]`), for WIDEN_TYPE the non-null type only (optionality is
-    carried by MAKE_OPTIONAL). `new_name` is set for RENAME_COLUMN only. `doc` is the new
-    field's doc, when it has one.
-    """
-
-    kind: OperationKind
-    path: tuple[str, ...]
-    type_json: str | None = None
-    new_name: str | None = None
-    doc: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict with the wire field names."""
-        return {
-            "kind": self.kind.value,
-            "path": list(self.path),
-            "type_json": self.type_json,
-            "new_name": self.new_name,
-            "doc": self.doc,
-        }
+from shared.events import SchemaOperation, Verdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +38,6 @@ class EvolutionPlan:
         """A JSON-ready dict: verdict, operations (wire field names) and reasons."""
         return {
             "verdict": self.verdict.value,
-            "operations": [op.to_json() for op in self.operations],
+            "operations": [op.to_record() for op in self.operations],
             "reasons": list(self.reasons),
         }

@@ -37,16 +37,14 @@ from services.schema_watcher.config import WatcherSettings
 from services.schema_watcher.evolution import plan_evolution
 from services.schema_watcher.metrics import WatcherMetrics
 from services.schema_watcher.plan import EvolutionPlan
-from services.schema_watcher.plan import Verdict as PlanVerdict
 from shared.avro import AvroCodec
-from shared.control import ControlPublisher, ControlReader
+from shared.control import ControlPublisher, ControlReader, EventPublisher
 from shared.errors import FatalError, RetryableError
-from shared.events import ControlEvent, SchemaChange, SchemaOperation, SchemaOperationKind, Verdict
+from shared.events import ControlEvent, SchemaChange, Verdict
 from shared.kafka import make_consumer
 from shared.settings import CHANGES_TOPIC_PREFIX
 
 __all__ = [
-    "EventPublisher",
     "RegisteredVersion",
     "RegistryClient",
     "SchemaWatcher",
@@ -78,14 +76,6 @@ class RegistryClient(Protocol):
     def get_versions(self, subject_name: str) -> list[int]: ...
 
     def get_version(self, subject_name: str, version: int, deleted: bool = False) -> Any: ...
-
-
-class EventPublisher(Protocol):
-    """What :class:`shared.control.ControlPublisher` offers."""
-
-    def publish(self, event: ControlEvent) -> None: ...
-
-    def flush(self, timeout: float = 30.0) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,19 +166,6 @@ def table_for(subject: str, schema: Any = None) -> str:
     return name.removeprefix(CHANGES_TOPIC_PREFIX) or name
 
 
-def _operations(plan: EvolutionPlan) -> tuple[SchemaOperation, ...]:
-    return tuple(
-        SchemaOperation(
-            kind=SchemaOperationKind(op.kind.value),
-            path=op.path,
-            type_json=op.type_json,
-            new_name=op.new_name,
-            doc=op.doc,
-        )
-        for op in plan.operations
-    )
-
-
 def _parse(version: RegisteredVersion) -> tuple[Any, str | None]:
     """``(schema dict, None)`` or ``(None, reason)`` when the text is not an Avro JSON schema."""
     if version.schema_type.upper() != "AVRO":
@@ -209,7 +186,7 @@ def plan_change(
     old_schema, old_problem = (None, None) if base is None else _parse(base)
     problem = new_problem or old_problem
     if problem is not None:
-        plan = EvolutionPlan(PlanVerdict.QUARANTINE, reasons=(problem,))
+        plan = EvolutionPlan(Verdict.QUARANTINE, reasons=(problem,))
     else:
         plan = plan_evolution(old_schema, new_schema)
     return SchemaChange(
@@ -219,8 +196,8 @@ def plan_change(
         to_version=current.version,
         from_schema_id=None if base is None else base.schema_id,
         to_schema_id=current.schema_id,
-        operations=_operations(plan),
-        verdict=Verdict(plan.verdict.value),
+        operations=plan.operations,
+        verdict=plan.verdict,
         reason=plan.reason,
     )
 

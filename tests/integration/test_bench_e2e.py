@@ -16,7 +16,7 @@ import pytest
 from harness import Stack, own_pipeline
 from rich.console import Console
 
-from icefjord.demo.bench import BenchOptions, run_bench
+from icefjord.bench.pipeline import BenchOptions, run_bench
 from icefjord.local.connect import KafkaConnect
 from icefjord.local.postgres import PostgresCluster
 from icefjord.local.settings import LocalSettings

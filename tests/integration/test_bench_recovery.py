@@ -7,7 +7,7 @@ from pathlib import Path
 
 from harness import Stack, own_pipeline
 
-from icefjord.demo.recovery import bench_recovery, write_outputs
+from icefjord.bench.recovery import bench_recovery, write_outputs
 from icefjord.local.services import service_processes
 from services.iceberg_writer.tables import EPOCH, checkpoint_of
 from shared.catalog import open_catalog

@@ -506,7 +506,7 @@ def test_main_run_serves_metrics_writes_a_truncate_and_stops_on_request(
 
 @pytest.mark.parametrize("fmt", ["json", "avro"])
 def test_the_service_benchmark_drains_every_record_through_kafka(stack: Stack, fmt: str) -> None:
-    from services.cdc_normalizer.bench_service import bench_service
+    from icefjord.bench.normalizer_service import bench_service
 
     settings = NormalizerSettings(
         kafka=stack.kafka, registry=stack.registry, topic_replication_factor=1, batch_size=200

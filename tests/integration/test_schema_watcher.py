@@ -30,7 +30,8 @@ EMAIL = {"name": "email", "type": ["null", "string"], "default": None}
 
 
 def customers(ns: str, *extra: dict[str, Any], visits: str = "long") -> dict[str, Any]:
-    """The normalized change-record value schema (common brief shape) of <ns>.customers."""
+    """The normalized change-record value schema of <ns>.customers, shaped as
+    contracts/avro/change_record.v2.avsc."""
     row_fields = [
         {"name": "id", "type": "int"},
         {"name": "first_name", "type": "string"},

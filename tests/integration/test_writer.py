@@ -29,7 +29,7 @@ from writer_support import (
     writer_settings,
 )
 
-from services.iceberg_writer.bench import bench_new_tables
+from icefjord.bench.writer import bench_new_tables
 from services.iceberg_writer.tables import FencedError
 from services.iceberg_writer.writer import Writer
 from shared.avro import AvroCodec

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from icefjord.bench.normalizer import generate_messages
 from services.cdc_normalizer.avro_encoder import AvroEncoder, encode_long
-from services.cdc_normalizer.bench import generate_messages
 from services.cdc_normalizer.pipeline import Emit, Router
 from services.cdc_normalizer.table_schema import key_schema_text, value_schema_text
 
@@ -286,6 +286,6 @@ def test_uuid_objects_and_naive_instants_are_left_to_fastavro() -> None:
 
 
 def _bench_writers() -> Any:
-    from services.cdc_normalizer.bench import writer_schemas
+    from icefjord.bench.normalizer import writer_schemas
 
     return writer_schemas()

@@ -1,4 +1,4 @@
-"""Per-table Avro schemas: common.md shape, determinism, and fastavro round trips."""
+"""Per-table Avro schemas: the change-record contract's shape, determinism, fastavro round trips."""
 
 from __future__ import annotations
 

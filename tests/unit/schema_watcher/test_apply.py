@@ -10,8 +10,8 @@ import pytest
 
 from services.schema_watcher import (
     EvolutionPlan,
-    OperationKind,
     SchemaOperation,
+    SchemaOperationKind,
     Verdict,
     apply_plan,
     normalize_row_schema,
@@ -40,7 +40,12 @@ def field_named(schema: dict[str, Any], name: str) -> dict[str, Any]:
 def test_rename_keeps_the_old_name_as_alias() -> None:
     old = row(fld("email", "string"))
     plan = EvolutionPlan(
-        Verdict.APPLY, (SchemaOperation(OperationKind.RENAME_COLUMN, ("email",), new_name="mail"),)
+        Verdict.APPLY,
+        (
+            SchemaOperation(
+                kind=SchemaOperationKind.RENAME_COLUMN, path=("email",), new_name="mail"
+            ),
+        ),
     )
 
     applied = apply_plan(old, plan)
@@ -54,9 +59,15 @@ def test_children_of_a_renamed_parent_are_found_by_their_old_path() -> None:
     plan = EvolutionPlan(
         Verdict.APPLY,
         (
-            SchemaOperation(OperationKind.RENAME_COLUMN, ("address",), new_name="addr"),
-            SchemaOperation(OperationKind.ADD_COLUMN, ("address", "zip"), type_json=zip_type),
-            SchemaOperation(OperationKind.RENAME_COLUMN, ("address", "street"), new_name="road"),
+            SchemaOperation(
+                kind=SchemaOperationKind.RENAME_COLUMN, path=("address",), new_name="addr"
+            ),
+            SchemaOperation(
+                kind=SchemaOperationKind.ADD_COLUMN, path=("address", "zip"), type_json=zip_type
+            ),
+            SchemaOperation(
+                kind=SchemaOperationKind.RENAME_COLUMN, path=("address", "street"), new_name="road"
+            ),
         ),
     )
 
@@ -70,7 +81,8 @@ def test_children_of_a_renamed_parent_are_found_by_their_old_path() -> None:
 def test_soft_drop_keeps_the_column_optional_and_deprecated() -> None:
     old = row(fld("id", "long"), fld("legacy", "int", default=3))
     plan = EvolutionPlan(
-        Verdict.APPLY, (SchemaOperation(OperationKind.SOFT_DROP_COLUMN, ("legacy",)),)
+        Verdict.APPLY,
+        (SchemaOperation(kind=SchemaOperationKind.SOFT_DROP_COLUMN, path=("legacy",)),),
     )
 
     applied = apply_plan(old, plan)
@@ -87,7 +99,7 @@ def test_widen_keeps_optionality() -> None:
     old = row(fld("n", ["null", "int"], default=None))
     plan = EvolutionPlan(
         Verdict.APPLY,
-        (SchemaOperation(OperationKind.WIDEN_TYPE, ("n",), type_json='"long"'),),
+        (SchemaOperation(kind=SchemaOperationKind.WIDEN_TYPE, path=("n",), type_json='"long"'),),
     )
 
     assert apply_plan(old, plan)["fields"][0]["type"] == ["null", "long"]
@@ -125,7 +137,11 @@ def test_a_change_record_is_applied_to_its_row() -> None:
     }
     plan = EvolutionPlan(
         Verdict.APPLY,
-        (SchemaOperation(OperationKind.ADD_COLUMN, ("x",), type_json='["null", "int"]'),),
+        (
+            SchemaOperation(
+                kind=SchemaOperationKind.ADD_COLUMN, path=("x",), type_json='["null", "int"]'
+            ),
+        ),
     )
 
     applied = apply_plan(old, plan)
@@ -142,10 +158,12 @@ def test_quarantined_plan_is_refused() -> None:
 @pytest.mark.parametrize(
     "operation",
     [
-        SchemaOperation(OperationKind.MAKE_OPTIONAL, ("missing",)),
-        SchemaOperation(OperationKind.ADD_COLUMN, ("a", "x"), type_json='"int"'),
-        SchemaOperation(OperationKind.WIDEN_TYPE, ("a", "element"), type_json='"long"'),
-        SchemaOperation(OperationKind.RENAME_COLUMN, ("a",)),
+        SchemaOperation(kind=SchemaOperationKind.MAKE_OPTIONAL, path=("missing",)),
+        SchemaOperation(kind=SchemaOperationKind.ADD_COLUMN, path=("a", "x"), type_json='"int"'),
+        SchemaOperation(
+            kind=SchemaOperationKind.WIDEN_TYPE, path=("a", "element"), type_json='"long"'
+        ),
+        SchemaOperation(kind=SchemaOperationKind.RENAME_COLUMN, path=("a",)),
     ],
     ids=["unknown field", "add under a primitive", "element of a non-array", "rename without name"],
 )

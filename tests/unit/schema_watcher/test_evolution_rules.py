@@ -9,19 +9,19 @@ import pytest
 
 from services.schema_watcher import (
     EvolutionPlan,
-    OperationKind,
     SchemaOperation,
+    SchemaOperationKind,
     Verdict,
     plan_evolution,
 )
 
 pytestmark = pytest.mark.unit
 
-ADD = OperationKind.ADD_COLUMN
-WIDEN = OperationKind.WIDEN_TYPE
-OPTIONAL = OperationKind.MAKE_OPTIONAL
-RENAME = OperationKind.RENAME_COLUMN
-DROP = OperationKind.SOFT_DROP_COLUMN
+ADD = SchemaOperationKind.ADD_COLUMN
+WIDEN = SchemaOperationKind.WIDEN_TYPE
+OPTIONAL = SchemaOperationKind.MAKE_OPTIONAL
+RENAME = SchemaOperationKind.RENAME_COLUMN
+DROP = SchemaOperationKind.SOFT_DROP_COLUMN
 
 
 def row(*fields: dict[str, Any], name: str = "Row") -> dict[str, Any]:
@@ -59,9 +59,11 @@ UUID = logical("string", "uuid")
 ID = fld("id", "long")
 
 
-def op(kind: OperationKind, *path: str, type_json: Any = None, **extra: Any) -> SchemaOperation:
+def op(
+    kind: SchemaOperationKind, *path: str, type_json: Any = None, **extra: Any
+) -> SchemaOperation:
     dumped = None if type_json is None else json.dumps(type_json, sort_keys=True)
-    return SchemaOperation(kind, tuple(path), type_json=dumped, **extra)
+    return SchemaOperation(kind=kind, path=tuple(path), type_json=dumped, **extra)
 
 
 def change_record(
@@ -69,7 +71,7 @@ def change_record(
     key_fields: list[dict[str, Any]],
     key: list[str] | None = None,
 ) -> dict[str, Any]:
-    """A normalized change-record value schema, shaped as in wire fact 1."""
+    """A normalized change-record value schema, shaped as contracts/avro/change_record.v2.avsc."""
     return {
         "type": "record",
         "name": "OrdersChange",

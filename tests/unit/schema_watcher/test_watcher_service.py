@@ -32,7 +32,7 @@ TABLE = f"{NS}.customers"
 
 
 def customers(*extra: dict[str, Any], visits: str = "long") -> dict[str, Any]:
-    """A change-record value schema (common brief shape) for inventory.customers."""
+    """A change-record value schema (change_record.v2.avsc shape) for inventory.customers."""
     row_fields = [{"name": "id", "type": "int"}, {"name": "visits", "type": visits}, *extra]
     return {
         "type": "record",

@@ -62,7 +62,7 @@ def change_schema(
     keys: Sequence[str] | None = ("id",),
     key_fields: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """A change-record value schema in the normalizer's wire shape (common.md, fact 1)."""
+    """A change-record value schema in the normalizer's wire shape (change_record.v2.avsc)."""
     by_name = {f["name"]: f for f in row_fields}
     key_record = {
         "type": "record",

@@ -1,13 +1,13 @@
 """``icefjord bench`` / ``icefjord bench pipeline``: the whole pipeline's throughput and
 freshness, on the demo's machinery (source, services, catch-up, verification).
 
-Phases (each reported, see :mod:`icefjord.demo.report`): *snapshot* (rows loaded before
+Phases (each reported, see :mod:`icefjord.bench.report`): *snapshot* (rows loaded before
 capture starts, time until Iceberg holds them all), one *rate* phase per offered rate
 (source paced), one per set-based rate (source paced, set-based UPDATEs), *max* (source
 unpaced). Each phase ends when the writer has caught up with
 its last change. Throughout, the services' ``/metrics`` are sampled every ~2 s
-(:mod:`icefjord.demo.benchstats`), and at each phase's start and end the CPU seconds of
-every component are read from ``/proc`` (:mod:`icefjord.demo.cpu`). At the end every table
+(:mod:`icefjord.bench.stats`), and at each phase's start and end the CPU seconds of
+every component are read from ``/proc`` (:mod:`icefjord.bench.cpu`). At the end every table
 is compared with its source: a benchmark whose output is wrong is not a result.
 """
 
@@ -29,13 +29,13 @@ from typing import Any, Literal
 from rich.console import Console
 from rich.live import Live
 
-from icefjord.demo.benchstats import Carry, PhaseResult, Sample, reading_of, span
+from icefjord.bench.cpu import CpuReading, CpuUse, Root, cpu_use, pid_in_file, read_cpu
+from icefjord.bench.report import BenchReport, Machine, TableCheck, write_report
+from icefjord.bench.stats import Carry, PhaseResult, Sample, reading_of, span
 from icefjord.demo.catchup import behind, caught_up, count_committed, end_offsets
 from icefjord.demo.catchup import iceberg_watermarks as watermarks_of
-from icefjord.demo.cpu import CpuReading, CpuUse, Root, cpu_use, pid_in_file, read_cpu
 from icefjord.demo.plan import Insert, Planner, Transaction, WorkloadSpec, row_operations
 from icefjord.demo.progress import ProgressView, render, scrape_all
-from icefjord.demo.report import BenchReport, Machine, TableCheck, write_report
 from icefjord.demo.run import (
     DemoOptions,
     SourceChoice,
@@ -92,7 +92,7 @@ class BenchOptions:
     service_start_timeout_s: float = 300.0
     # Keep the source's schema after the run. Otherwise it is dropped once every table has
     # been found equal (a failed check keeps it to look into): each run's rows and the WAL
-    # they wrote would pile up in the local cluster (26 runs: about 2 GB of tables).
+    # they wrote would pile up in the local cluster (HISTORY.md, "2026-11-26, late").
     keep_source: bool = False
     command: str = field(default_factory=lambda: shlex.join(sys.argv))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from icefjord.demo.recovery import (
+from icefjord.bench.recovery import (
     Commit,
     RecoveryResult,
     _steady_p99,

@@ -604,7 +604,7 @@ def run_and_render(
         spark.stop()
     render(report, console)
     if out is not None:
-        from services.maintainer.bench_chart import write_outputs
+        from icefjord.bench.maintainer_chart import write_outputs
 
         written = write_outputs(report, out, latency_target_s)
         for path in written:

@@ -3,7 +3,7 @@
 Run from the repository root on a local state a benchmark left behind, with the services
 stopped (nothing else may commit to the table):
 
-    .venv/bin/python docs/benchmarks/2026-11-27-delete-cache/rewrite_ab.py \
+    .venv/bin/python icefjord/bench/experiments/rewrite_ab.py \
         bench_e2e.orders base base cache-delete-files=true base cache-delete-files=true
 
 Each variant is ``base`` (the maintainer's options for a delete-ratio compaction of a table
@@ -26,9 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path.cwd()))
 
-from icefjord.demo.cpu import read_processes  # noqa: E402
-from services.maintainer.config import MaintainerSettings  # noqa: E402
-from shared.spark import build_spark_session  # noqa: E402
+from icefjord.bench.cpu import read_processes
+from services.maintainer.config import MaintainerSettings
+from shared.spark import build_spark_session
 
 BASE = {
     "partial-progress.enabled": "true",
@@ -81,16 +81,16 @@ def main(table: str, variants: list[str]) -> None:
         spark.sql(
             f"CALL icefjord.system.rollback_to_snapshot('{table}', {int(os.environ['START'])})"
         ).collect()
-    start = spark.sql(
-        f"SELECT snapshot_id FROM icefjord.{table}.refs WHERE name = 'main'"
-    ).first()[0]
+    refs = f"SELECT snapshot_id FROM icefjord.{table}.refs WHERE name = 'main'"
+    start = spark.sql(refs).collect()[0][0]
     files = spark.sql(
         f"SELECT content, count(*) AS n, sum(record_count) AS rows"
         f" FROM icefjord.{table}.files GROUP BY content ORDER BY content"
     ).collect()
-    print(f"{table} at snapshot {start}: " + ", ".join(
-        f"content {r.content}: {r.n} files, {r.rows} rows" for r in files
-    ))
+    print(
+        f"{table} at snapshot {start}: "
+        + ", ".join(f"content {r.content}: {r.n} files, {r.rows} rows" for r in files)
+    )
     for variant in variants:
         options = dict(BASE)
         session: dict[str, str] = {}
@@ -104,7 +104,7 @@ def main(table: str, variants: list[str]) -> None:
         row = spark.sql(
             f"CALL icefjord.system.rewrite_data_files(table => '{table}',"
             f" strategy => 'binpack', options => map({rendered}))"
-        ).first()
+        ).collect()[0]
         wall, cpu = time.monotonic() - wall0, cpu_s(jvm) - cpu0
         jit = jit_s(jit0, jit_ticks(jvm))
         print(

@@ -4,7 +4,7 @@ Run from the repository root against the compiled build, and again against a bui
 the commit before, to compare:
 
     PYTHONPATH=.icefjord/compiled .venv/bin/python \\
-        docs/benchmarks/2026-11-28-normalizer-shell/micro_bench.py
+        icefjord/bench/experiments/micro_bench.py
 
 Prints microseconds per call, best of 7 rounds:
 

@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from services.cdc_normalizer.bench import bench, generate_messages
+from icefjord.bench.normalizer import bench, generate_messages
 from shared.avro import decode, parse, split_header
 
 pytestmark = pytest.mark.unit

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-import icefjord.demo.report as report_module
-from icefjord.demo.benchstats import PhaseResult, Sample, span
-from icefjord.demo.cpu import ComponentUse, Coverage, CpuUse
-from icefjord.demo.report import (
+import icefjord.bench.report as report_module
+from icefjord.bench.cpu import ComponentUse, Coverage, CpuUse
+from icefjord.bench.report import (
     BenchReport,
     Machine,
     TableCheck,
@@ -22,6 +21,7 @@ from icefjord.demo.report import (
     series_csv,
     write_report,
 )
+from icefjord.bench.stats import PhaseResult, Sample, span
 
 pytestmark = pytest.mark.unit
 

@@ -14,7 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from icefjord.demo.benchstats import (
+from icefjord.bench.cpu import ComponentUse, CpuUse
+from icefjord.bench.stats import (
     LOW_RATE_GOAL_P99_S,
     SUSTAINED_GOAL_P99_S,
     PhaseResult,
@@ -24,7 +25,6 @@ from icefjord.demo.benchstats import (
     share_within,
     windows,
 )
-from icefjord.demo.cpu import ComponentUse, CpuUse
 
 CHART_INSTALL = "pip install 'matplotlib>=3.11'"
 LABEL_GAP = 0.08

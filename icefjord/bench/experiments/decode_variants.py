@@ -9,7 +9,7 @@ integers and bytes). Each is timed with a 17-entry ``source`` map, as Debezium's
 empty one. Prints microseconds of process CPU per record, three rounds:
 
     PYTHONPATH=.icefjord/compiled .venv/bin/python \\
-        docs/benchmarks/2026-11-27-writer-records/decode_variants.py
+        icefjord/bench/experiments/decode_variants.py
 """
 
 from __future__ import annotations

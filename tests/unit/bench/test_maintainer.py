@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.maintainer.bench import (
+from icefjord.bench.maintainer import (
     BenchConfig,
     BenchReport,
     CommitTiming,
@@ -20,7 +20,7 @@ from services.maintainer.bench import (
     latency_split,
     percentile,
 )
-from services.maintainer.bench_chart import commits_csv, write_outputs
+from icefjord.bench.maintainer_chart import commits_csv, write_outputs
 from shared.events import MaintenanceAction, MaintenanceResult, MaintenanceStatus
 
 pytestmark = pytest.mark.unit

@@ -104,7 +104,7 @@ class RecoveryResult:
 
 def _steady_p99(produced: Sequence[float], commits: Sequence[Commit], until: float) -> float:
     """p99 freshness of the records made visible before ``until``, each weighted as one."""
-    from services.iceberg_writer.bench import quantile
+    from icefjord.bench.writer import quantile
 
     values: list[float] = []
     for previous, commit in with_previous(commits):
@@ -129,9 +129,9 @@ def bench_recovery(
     # Late imports: they load Kafka, the registry client and the catalog.
     from confluent_kafka import KafkaError, Message
 
+    from icefjord.bench.writer import BENCH_KEY_SCHEMA, bench_change, bench_schema
     from icefjord.demo.run import start_services
     from icefjord.local.services import service_processes
-    from services.iceberg_writer.bench import BENCH_KEY_SCHEMA, bench_change, bench_schema
     from services.iceberg_writer.config import WriterSettings
     from services.iceberg_writer.tables import OFFSETS, decode_offsets
     from shared.avro import AvroCodec

@@ -12,7 +12,7 @@ import csv
 import io
 from pathlib import Path
 
-from services.maintainer.bench import BenchReport, overlaps
+from icefjord.bench.maintainer import BenchReport, overlaps
 
 __all__ = ["commits_csv", "plot", "samples_csv", "write_outputs"]
 

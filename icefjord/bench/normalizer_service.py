@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from confluent_kafka.schema_registry import Schema
 from prometheus_client import CollectorRegistry
 
+from icefjord.bench.normalizer import InputFormat, avro_schemas, generate_messages
 from services.cdc_normalizer.app import NormalizerService
-from services.cdc_normalizer.bench import InputFormat, avro_schemas, generate_messages
 from services.cdc_normalizer.config import NormalizerSettings
 from services.cdc_normalizer.metrics import NormalizerMetrics
 from services.cdc_normalizer.pipeline import changes_topic

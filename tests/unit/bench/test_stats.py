@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from icefjord.demo.bench import SourceCounter, until
-from icefjord.demo.benchstats import (
+from icefjord.bench.pipeline import SourceCounter, until
+from icefjord.bench.stats import (
     Carry,
     PhaseResult,
     Reading,

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-from icefjord.demo.cpu import CpuUse
+from icefjord.bench.cpu import CpuUse
 from icefjord.demo.progress import (
     FRESHNESS,
     Samples,

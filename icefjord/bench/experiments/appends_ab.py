@@ -6,8 +6,8 @@ the chmod processes, included) and the wall time per append. The file system is 
 own, or Icefjord's ``NioLocalFileSystem`` (``deploy/spark-localfs``, built by
 ``icefjord local up``):
 
-    .venv/bin/python docs/benchmarks/2026-11-27-local-fs/appends_ab.py hadoop
-    .venv/bin/python docs/benchmarks/2026-11-27-local-fs/appends_ab.py icefjord
+    .venv/bin/python icefjord/bench/experiments/appends_ab.py hadoop
+    .venv/bin/python icefjord/bench/experiments/appends_ab.py icefjord
 
 Run the two alternately, on an otherwise idle machine.
 """

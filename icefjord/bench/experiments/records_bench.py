@@ -8,7 +8,7 @@ PYTHONPATH, then ``records.change_of``), and building the commit's Arrow batch
 change for each step.
 
     PYTHONPATH=.icefjord/compiled .venv/bin/python \
-        docs/benchmarks/2026-11-27-writer-records/records_bench.py bench_e2e.orders
+        icefjord/bench/experiments/records_bench.py bench_e2e.orders
 
 (from the checkout, after `make compiled`; without PYTHONPATH it runs plain CPython).
 """

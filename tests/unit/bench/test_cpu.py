@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from icefjord.demo.bench import BENCH_CLIENT, cpu_roots
-from icefjord.demo.cpu import (
+from icefjord.bench.cpu import (
     ComponentTicks,
     ComponentTimes,
     ComponentUse,
@@ -31,6 +30,7 @@ from icefjord.demo.cpu import (
     reading_of,
     thread_kind,
 )
+from icefjord.bench.pipeline import BENCH_CLIENT, cpu_roots
 from icefjord.local.services import NORMALIZER, WRITER, ServiceProcess
 from icefjord.local.settings import LocalSettings
 

@@ -8,7 +8,7 @@ encoding each change's key and value (``AvroEncoder.frame``, schema ids fixed as
 ``icefjord bench normalize``). Prints microseconds per record for each step.
 
     PYTHONPATH=.icefjord/compiled .venv/bin/python \\
-        docs/benchmarks/2026-11-28-late-normalizer/route_bench.py demo.bench_e2e
+        icefjord/bench/experiments/route_bench.py demo.bench_e2e
 
 (from the checkout, after `make compiled`; without PYTHONPATH it runs plain CPython). To
 compare two builds on the same records, pass --save FILE once and --load FILE after.
@@ -23,7 +23,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from services.cdc_normalizer.bench import _Encoder, build_kind
+from icefjord.bench.normalizer import _Encoder, build_kind
 from services.cdc_normalizer.pipeline import Emit, Router, SourceRecord
 
 TABLES = ("customers", "orders", "payments")
@@ -69,13 +69,13 @@ def main() -> None:
     parser.add_argument("--load")
     args = parser.parse_args()
     if args.load:
-        with open(args.load, "rb") as f:
-            raw = pickle.load(f)
+        with open(args.load, "rb") as saved:
+            raw = pickle.load(saved)
     else:
         raw = consume(args.prefix, args.records)
     if args.save:
-        with open(args.save, "wb") as f:
-            pickle.dump(raw, f)
+        with open(args.save, "wb") as target:
+            pickle.dump(raw, target)
     records = [SourceRecord(*fields) for fields in raw]
 
     def lookup(schema_id: int) -> Any:

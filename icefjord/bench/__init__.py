@@ -1,0 +1,1 @@
+"""Icefjord's benchmarks, behind ``icefjord bench`` (:mod:`icefjord.bench.cli`)."""

@@ -1,0 +1,383 @@
+"""``icefjord bench``: every benchmark of Icefjord behind one command group.
+
+Without a subcommand it runs ``pipeline``, the end-to-end benchmark (``make bench``). The
+others time one part: ``normalize`` (the normalizer's per-record path, or its whole loop
+through Kafka), ``write`` and ``new-tables`` (the writer alone), ``recovery`` (the writer
+killed under load) and ``maintain`` (small commits under the maintainer). Reports and charts
+of past runs live in ``docs/benchmarks/``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from icefjord.bench.normalizer import InputFormat, bench, build_kind
+from icefjord.bench.pipeline import BenchOptions, BenchResult, run_bench
+from icefjord.demo.cli import EXIT_SETUP_FAILED, checked_source
+from icefjord.demo.run import DemoError
+from icefjord.local.artifacts import ArtifactError
+from icefjord.local.connect import ConnectError
+from icefjord.local.postgres import PostgresError
+from icefjord.local.settings import LocalSettings
+from icefjord.local.stack import StartError
+
+bench_app = typer.Typer(
+    help="Benchmarks: the whole pipeline (default), the normalizer's path, the writer, the "
+    "maintainer."
+)
+console = Console()
+errors = Console(stderr=True)
+
+
+@bench_app.callback(invoke_without_command=True)
+def bench_default(ctx: typer.Context) -> None:
+    """Without a subcommand: `icefjord bench pipeline` with its defaults."""
+    if ctx.invoked_subcommand is None:
+        pipeline_bench(BenchOptions())
+
+
+@bench_app.command("maintain")
+def bench_maintain_command(
+    minutes: Annotated[float, typer.Option(min=0.1, help="How long to stream.")] = 30.0,
+    interval: Annotated[float, typer.Option(min=0.1, help="Seconds between commits.")] = 1.0,
+    rows: Annotated[int, typer.Option(min=1, help="Changes per commit.")] = 20,
+    partitions: Annotated[int, typer.Option(min=1, help="Partitions of the table.")] = 4,
+    format_version: Annotated[
+        int, typer.Option(min=2, max=3, help="Table format (3: deletion vectors, as written).")
+    ] = 3,
+    sample_every: Annotated[float, typer.Option(min=1, help="Seconds between samples.")] = 10.0,
+    keep: Annotated[bool, typer.Option(help="Keep the table afterwards.")] = False,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Directory for samples.csv, commits.csv and the chart bench.png."),
+    ] = None,
+    target: Annotated[
+        float, typer.Option(min=0.1, help="Commit latency target drawn on the chart (s).")
+    ] = 10.0,
+) -> None:
+    """Stream small MERGE commits for MINUTES under the maintainer's policies; report files
+    per partition over time and commit latency during maintenance (Spark + catalog only)."""
+    from icefjord.bench.maintainer import BenchConfig, run_and_render
+
+    config = BenchConfig(
+        duration_s=minutes * 60,
+        commit_interval_s=interval,
+        rows_per_commit=rows,
+        partitions=partitions,
+        format_version=format_version,
+        keys=max(rows * 100, 1000),
+        sample_interval_s=sample_every,
+    )
+    if not run_and_render(config, keep=keep, console=console, out=out, latency_target_s=target):
+        raise typer.Exit(1)
+
+
+@bench_app.command("pipeline")
+def bench_pipeline_command(
+    source: str = typer.Option(
+        "auto", "--source", help="auto (PostgreSQL if installed), postgres or generator."
+    ),
+    snapshot_rows: int = typer.Option(
+        200_000, "--snapshot-rows", min=0, help="Rows in the source before capture starts."
+    ),
+    snapshot: str = typer.Option(
+        "bulk",
+        "--snapshot",
+        help="PostgreSQL: bulk (copy the tables while Debezium streams) or debezium (the "
+        "connector's own snapshot).",
+    ),
+    rates: str = typer.Option(
+        "1000", "--rates", help="Offered changes/s of the fixed-rate phases, comma-separated."
+    ),
+    phase_seconds: float = typer.Option(
+        120.0, "--phase-seconds", min=1, help="Seconds of each fixed-rate phase."
+    ),
+    warm_up_seconds: float = typer.Option(
+        60.0,
+        "--warm-up-seconds",
+        min=0,
+        help="Seconds at the first --rates rate after the snapshot, reported but judged "
+        "against no goal (0: none).",
+    ),
+    max_seconds: float = typer.Option(
+        120.0, "--max-seconds", min=0, help="Seconds of the unpaced phase (0: none)."
+    ),
+    set_rates: str = typer.Option(
+        "10000",
+        "--set-rates",
+        help="Offered changes/s of fixed-rate phases whose source sends set-based UPDATEs "
+        "(--rows-per-statement rows each), comma-separated; empty: none.",
+    ),
+    rows_per_statement: int = typer.Option(
+        100, "--rows-per-statement", min=2, help="Rows each set-based UPDATE changes."
+    ),
+    out: Path | None = typer.Option(  # noqa: B008 (typer's idiom)
+        None, "--out", help="Report directory (default <state>/bench/<timestamp>)."
+    ),
+    keep_source: bool = typer.Option(
+        False,
+        "--keep-source",
+        help="Keep the source's PostgreSQL schema (by default dropped once every table "
+        "equals its source; kept when one does not).",
+    ),
+) -> None:
+    """The whole pipeline: snapshot load, fixed rates, maximum; throughput, freshness and
+    files over time; then every table verified. Writes report.md and bench.png."""
+    console = Console()
+    choice = checked_source(source, snapshot, console)
+    offered = _rates(rates, "--rates", console)
+    set_offered = _rates(set_rates, "--set-rates", console)
+    pipeline_bench(
+        BenchOptions(
+            source=choice,
+            snapshot_rows=snapshot_rows,
+            snapshot="bulk" if snapshot == "bulk" else "debezium",
+            rates=offered,
+            phase_seconds=phase_seconds,
+            warm_up_seconds=warm_up_seconds,
+            max_seconds=max_seconds,
+            set_rates=set_offered,
+            rows_per_statement=rows_per_statement,
+            out=out,
+            keep_source=keep_source,
+        )
+    )
+
+
+def pipeline_bench(options: BenchOptions) -> None:
+    """Run the end-to-end benchmark and exit: 0 ran and verified (goals missed are reported,
+    not an error), 1 verification failed, 2 it could not be set up."""
+    console = Console()
+    try:
+        result = run_bench(LocalSettings(), options, console)
+    except (DemoError, StartError, ArtifactError, PostgresError, ConnectError) as exc:
+        console.print(f"[red]bench could not start:[/] {exc}")
+        raise typer.Exit(EXIT_SETUP_FAILED) from exc
+    print_bench(result, console)
+    raise typer.Exit(result.exit_code)
+
+
+def _rates(text: str, option: str, console: Console) -> tuple[float, ...]:
+    """Comma-separated positive numbers; exits with a message on anything else."""
+    try:
+        offered = tuple(float(r) for r in text.split(",") if r.strip())
+    except ValueError:
+        offered = (-1.0,)
+    if any(r <= 0 for r in offered):
+        console.print(f"[red]{option} takes positive numbers separated by commas, not {text!r}[/]")
+        raise typer.Exit(EXIT_SETUP_FAILED)
+    return offered
+
+
+def print_bench(result: BenchResult, console: Console) -> None:
+    """Goals, phases and where the report is."""
+    from icefjord.bench.report import phase_rows
+
+    report = result.report
+    phases = Table(title=f"Icefjord end to end ({report.source}, schema {report.schema})")
+    for column in (
+        "phase",
+        "offered/s",
+        "source/s",
+        "changes",
+        "applied/s",
+        "e2e/s",
+        "sustained/s",
+        "p50 s",
+        "p99 s",
+        "<=5 s",
+        "<=15 s",
+        "source s",
+        "drain s",
+        "caught up",
+    ):
+        phases.add_column(column, justify="left" if column == "phase" else "right")
+    for row in phase_rows(report.phases):
+        phases.add_row(*(cell.replace("*", "") for cell in row))
+    console.print(phases)
+    marks = {True: "[green]met[/]", False: "[red]missed[/]", None: "not measured"}
+    for verdict in report.verdicts:
+        console.print(f"{marks[verdict.met]}  {verdict.goal}: {verdict.measured}")
+    if report.verified:
+        console.print("[green]Every Iceberg table equals its source.[/]")
+    else:
+        console.print("[red]Verification failed: these figures are not a result.[/]")
+    console.print(f"report: {result.path}")
+    console.print(
+        f"chart: {result.chart}" if result.chart else "chart: not drawn (matplotlib missing)"
+    )
+
+
+@bench_app.command("normalize")
+def bench_normalize(
+    records: int = typer.Option(50_000, "--records", min=1, help="Messages to generate."),
+    fmt: str = typer.Option("both", "--format", help="Input format: json, avro or both."),
+    kafka: bool = typer.Option(
+        False,
+        "--kafka",
+        help="Time the whole service loop on the running stack (consume, normalize, register, "
+        "produce, transactional commit) instead of the per-record path alone.",
+    ),
+) -> None:
+    """Time decode -> normalize -> Avro encode of Debezium Postgres changes, per process."""
+    if fmt not in ("json", "avro", "both"):
+        errors.print(f"[red]--format must be json, avro or both, not {fmt!r}[/]")
+        raise typer.Exit(2)
+    formats: list[InputFormat] = ["json", "avro"] if fmt == "both" else [fmt]  # type: ignore[list-item]
+    if kafka:
+        _bench_normalize_service(records, formats)
+        return
+    table = Table(
+        title=f"cdc-normalizer: {records} Debezium Postgres changes, one process, {build_kind()}"
+    )
+    for column in ("input", "records", "changes", "seconds", "changes/s"):
+        table.add_column(column, justify="right")
+    for one in formats:
+        with console.status(f"generating and routing {records} {one} messages"):
+            result = bench(records, one)
+        table.add_row(
+            one,
+            str(result.records),
+            str(result.changes),
+            f"{result.seconds:.2f}",
+            f"{result.changes_per_second:,.0f}",
+        )
+    console.print(table)
+
+
+def _bench_normalize_service(records: int, formats: list[InputFormat]) -> None:
+    from icefjord.bench.normalizer_service import bench_service
+    from services.cdc_normalizer.config import NormalizerSettings
+
+    settings = NormalizerSettings(topic_replication_factor=1, metrics={"port": 0})
+    table = Table(
+        title=f"cdc-normalizer service loop on the local stack: {records} Debezium Postgres "
+        f"changes, one process, {build_kind()}, transactions of up to {settings.batch_size}"
+    )
+    columns = ("input", "changes", "batches", "wall s", "CPU s", "changes/s", "changes/CPU s")
+    for column in columns:
+        table.add_column(column, justify="right")
+    for one in formats:
+        result = bench_service(settings, records, one, progress=lambda m: console.log(m))
+        table.add_row(
+            one,
+            f"{result.changes:,}",
+            str(result.batches),
+            f"{result.seconds:.2f}",
+            f"{result.cpu_s:.2f}",
+            f"{result.changes_per_second:,.0f}",
+            f"{result.changes_per_cpu_second:,.0f}",
+        )
+    console.print(table)
+
+
+@bench_app.command("write")
+def bench_write_command(
+    seconds: float = typer.Option(60.0, "--seconds", min=1, help="How long to produce."),
+    rates: list[int] | None = typer.Option(  # noqa: B008 (typer's idiom)
+        None, "--rate", help="Changes/s to produce, repeatable; 0 = as fast as possible."
+    ),
+) -> None:
+    """iceberg-writer alone on the running stack: changes/s applied and freshness p50/p99."""
+    from icefjord.bench.writer import bench_write
+    from services.iceberg_writer.config import WriterSettings
+
+    settings = WriterSettings(topic_replication_factor=1, metrics={"port": 0})
+    table = Table(title=f"iceberg-writer on the local stack, {seconds:.0f} s per rate")
+    columns = ("rate", "produced", "applied", "commits", "changes/s", "p50 s", "p99 s")
+    for column in (*columns, "2nd half p50 s", "2nd half p99 s"):
+        table.add_column(column, justify="right")
+    for rate in rates or [1000]:
+        result = bench_write(
+            settings, seconds=seconds, rate=rate or None, progress=lambda m: console.log(m)
+        )
+        table.add_row(
+            str(rate or "max"),
+            str(result.produced),
+            str(result.applied),
+            str(result.commits),
+            f"{result.changes_per_second:,.0f}",
+            f"{result.freshness_p50_s:.1f}",
+            f"{result.freshness_p99_s:.1f}",
+            f"{result.steady_p50_s:.1f}",
+            f"{result.steady_p99_s:.1f}",
+        )
+    console.print(table)
+
+
+@bench_app.command("new-tables")
+def bench_new_tables_command(
+    tables: int = typer.Option(30, "--tables", min=1, help="New tables, all waiting at once."),
+    rows: int = typer.Option(100, "--rows", min=1, help="Changes per table."),
+    runs: int = typer.Option(3, "--runs", min=1, help="Runs, each with fresh tables."),
+) -> None:
+    """iceberg-writer alone on the running stack: how long a burst of new tables (a
+    snapshot of many tables) takes until every one exists and holds its first rows."""
+    from icefjord.bench.writer import bench_new_tables
+    from services.iceberg_writer.config import WriterSettings
+
+    settings = WriterSettings(topic_replication_factor=1, metrics={"port": 0})
+    table = Table(title=f"iceberg-writer: {tables} new tables of {rows} changes each")
+    for column in ("run", "seconds", "tables/s"):
+        table.add_column(column, justify="right")
+    for run in range(1, runs + 1):
+        result = bench_new_tables(settings, tables=tables, rows=rows, progress=console.log)
+        table.add_row(str(run), f"{result.seconds:.1f}", f"{result.tables_per_second:.1f}")
+    console.print(table)
+
+
+@bench_app.command("recovery")
+def bench_recovery_command(
+    rate: int = typer.Option(1000, "--rate", min=1, help="Changes/s to produce."),
+    kills: int = typer.Option(3, "--kills", min=1, help="Times the writer is killed."),
+    steady_s: float = typer.Option(
+        30.0, "--steady-seconds", min=1, help="Seconds of steady writing before each kill."
+    ),
+    fresh_s: float = typer.Option(
+        5.0, "--fresh-seconds", min=0.1, help="Freshness that counts as fresh again."
+    ),
+    out: Path | None = typer.Option(  # noqa: B008 (typer's idiom)
+        None,
+        "--out",
+        help="Directory for commits.csv and recovery.png "
+        "(default <state>/bench/recovery-<timestamp>).",
+    ),
+) -> None:
+    """iceberg-writer killed (`kill -9`) and started again on the local stack (`icefjord
+    local up`; the watcher and the writer are started if not running): seconds until its
+    first commit and until the table is fresh again, per kill."""
+    from icefjord.bench.recovery import bench_recovery, write_outputs
+
+    settings = LocalSettings()
+    result = bench_recovery(
+        settings,
+        rate=rate,
+        kills=kills,
+        steady_s=steady_s,
+        fresh_s=fresh_s,
+        progress=console.log,
+    )
+    table = Table(
+        title=f"iceberg-writer killed and restarted, {rate:,} changes/s to {result.table} "
+        f"(steady freshness p99 {result.steady_p99_s:.1f} s)"
+    )
+    for column in ("kill", "first commit s", f"fresh (<= {fresh_s:g} s) again s", "worst s"):
+        table.add_column(column, justify="right")
+    for number, figure in enumerate(result.kills, 1):
+        table.add_row(
+            str(number),
+            *(
+                f"{v:.1f}" if v is not None else "-"
+                for v in (figure.first_commit_s, figure.fresh_again_s, figure.worst_s)
+            ),
+        )
+    console.print(table)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for path in write_outputs(result, out or settings.state / "bench" / f"recovery-{stamp}"):
+        console.print(f"wrote {path}")
