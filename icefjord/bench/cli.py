@@ -332,6 +332,42 @@ def bench_new_tables_command(
     console.print(table)
 
 
+@bench_app.command("commit-cost")
+def bench_commit_cost_command(
+    sizes: str = typer.Option(
+        "100000,10000000", "--rows", help="Table sizes to compare, comma-separated."
+    ),
+    batch: int = typer.Option(3000, "--batch", min=1, help="Upserts per commit."),
+    commits: int = typer.Option(7, "--commits", min=1, help="Commits timed per size."),
+    keep: bool = typer.Option(False, "--keep", help="Keep the tables afterwards."),
+) -> None:
+    """What one upsert commit costs (wall and CPU) as its table grows, on the running
+    stack's catalog and warehouse (local disk, or S3 with ICEFJORD_LOCAL_WAREHOUSE_STORE=s3)."""
+    from icefjord.bench.commit_cost import bench_commit_cost
+
+    settings = LocalSettings()
+    rows = [int(part.replace("_", "")) for part in sizes.split(",") if part.strip()]
+    results = bench_commit_cost(
+        settings, rows, batch=batch, commits=commits, keep=keep, progress=console.log
+    )
+    table = Table(
+        title=f"{batch:,} upserts per commit, median of {commits} commits, "
+        f"warehouse {settings.warehouse_uri}, catalog {settings.catalog_store}"
+    )
+    for column in ("table rows", "wall s", "CPU s", "wall vs smallest", "CPU vs smallest"):
+        table.add_column(column, justify="right")
+    first = results[0]
+    for result in results:
+        table.add_row(
+            f"{result.rows:,}",
+            f"{result.wall_s:.3f}",
+            f"{result.cpu_s:.3f}",
+            f"{result.wall_s / first.wall_s:.2f}",
+            f"{result.cpu_s / first.cpu_s:.2f}" if first.cpu_s else "-",
+        )
+    console.print(table)
+
+
 @bench_app.command("recovery")
 def bench_recovery_command(
     rate: int = typer.Option(1000, "--rate", min=1, help="Changes/s to produce."),
