@@ -36,6 +36,7 @@ from icefjord.demo.envelopes import field_schema
 from icefjord.demo.model import Column, Kind, kind_from_pg
 from services.cdc_normalizer.connect_schema import connect_schema_from_json
 from services.cdc_normalizer.logical_types import decimal_target
+from shared.errors import IcefjordError
 
 __all__ = [
     "ColumnPlan",
@@ -65,7 +66,7 @@ _SNAPSHOT_LEVELS = ("repeatable read", "serializable")
 _UNSAFE_FILE_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
 
 
-class UnsupportedColumn(ValueError):
+class UnsupportedColumn(IcefjordError, ValueError):
     """A column whose type the pipeline has no fixed mapping for (outside :class:`Kind`)."""
 
     def __init__(self, schema: str, table: str, column: str, pg_type: str) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from icefjord.local.settings import LocalSettings
+from shared.errors import IcefjordError
 
 POM = Path(__file__).resolve().parents[2] / "deploy" / "local" / "pom.xml"
 CONVERTER_MODULE = Path(__file__).resolve().parents[2] / "deploy" / "connect-json"
@@ -25,7 +26,7 @@ LOCALFS_CLASS = "io.icefjord.hadoop.NioLocalFileSystem"
 process per file (``deploy/spark-localfs``)."""
 
 
-class ArtifactError(RuntimeError):
+class ArtifactError(IcefjordError, RuntimeError):
     """Maven could not provide an artifact; the message carries the tail of its output."""
 
 

@@ -20,6 +20,7 @@ from icefjord.local.artifacts import ConnectDist
 from icefjord.local.components import Health, _java
 from icefjord.local.processes import ManagedProcess
 from icefjord.local.settings import LocalSettings
+from shared.errors import IcefjordError
 
 CONNECT_LOG4J = """\
 log4j.rootLogger=INFO, stdout
@@ -39,7 +40,7 @@ JSON_CONVERTER = "io.icefjord.connect.SchemaCachingJsonConverter"
 POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
 
 
-class ConnectError(RuntimeError):
+class ConnectError(IcefjordError, RuntimeError):
     """The worker's REST API refused a request, or a connector or task failed."""
 
 

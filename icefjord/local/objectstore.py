@@ -25,9 +25,10 @@ from typing import Any
 from icefjord.local.components import Health, port_open
 from icefjord.local.processes import ManagedProcess
 from icefjord.local.settings import LocalSettings
+from shared.errors import IcefjordError
 
 
-class ObjectStoreError(RuntimeError):
+class ObjectStoreError(IcefjordError, RuntimeError):
     """SeaweedFS could not be built or did not serve S3; the message says why."""
 
 

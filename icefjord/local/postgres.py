@@ -19,6 +19,7 @@ from pathlib import Path
 
 from icefjord.local.components import Health, port_open
 from icefjord.local.settings import LocalSettings
+from shared.errors import IcefjordError
 
 INSTALL_HINT = (
     "PostgreSQL is not installed. On Debian/Ubuntu: `sudo apt-get install postgresql-15` "
@@ -31,11 +32,11 @@ REQUIRED_BINARIES = ("initdb", "pg_ctl", "postgres", "pg_isready", "psql")
 _CONF_INCLUDE = "include_if_exists = 'icefjord.conf'"
 
 
-class PostgresNotInstalled(RuntimeError):
+class PostgresNotInstalled(IcefjordError, RuntimeError):
     """No PostgreSQL server binaries were found; the message says how to install them."""
 
 
-class PostgresError(RuntimeError):
+class PostgresError(IcefjordError, RuntimeError):
     """The cluster could not be created, started or reached; the message says why."""
 
 

@@ -22,6 +22,7 @@ from icefjord.local.objectstore import ObjectStore, ObjectStoreError, ensure_wee
 from icefjord.local.postgres import PostgresCluster
 from icefjord.local.services import service_processes
 from icefjord.local.settings import LocalSettings
+from shared.errors import IcefjordError
 
 
 class OptionalComponent(Protocol):
@@ -37,7 +38,7 @@ class OptionalComponent(Protocol):
     def running(self) -> bool: ...
 
 
-class StartError(RuntimeError):
+class StartError(IcefjordError, RuntimeError):
     """A component did not become healthy; the message names it and ends with its log."""
 
 
