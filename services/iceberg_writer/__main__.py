@@ -18,6 +18,7 @@ from confluent_kafka import Consumer
 from prometheus_client import CollectorRegistry
 
 from services.iceberg_writer.apply import BatchWriter
+from services.iceberg_writer.committer import CommitObserver
 from services.iceberg_writer.config import WriterSettings
 from services.iceberg_writer.metrics import WriterMetrics
 from services.iceberg_writer.tables import FencedError, TableStore
@@ -39,8 +40,13 @@ log = logging.getLogger("services.iceberg_writer")
 EXIT_FENCED = 3
 
 
-def build_writer(settings: WriterSettings, registry: CollectorRegistry) -> Writer:
-    """Spark, the catalog, the Kafka clients and the registry, wired into a :class:`Writer`."""
+def build_writer(
+    settings: WriterSettings,
+    registry: CollectorRegistry,
+    observer: CommitObserver | None = None,
+) -> Writer:
+    """Spark, the catalog, the Kafka clients and the registry, wired into a :class:`Writer`.
+    ``observer`` is told of each data commit (tests and benchmarks)."""
     spark_settings = settings.spark.model_copy(
         update={"conf": {"spark.sql.iceberg.check-nullability": "false", **settings.spark.conf}}
     )
@@ -61,7 +67,7 @@ def build_writer(settings: WriterSettings, registry: CollectorRegistry) -> Write
         )
 
     control = make_consumer(settings.kafka, f"{settings.group_id}-control-{uuid.uuid4().hex[:8]}")
-    return Writer(
+    return Writer.wired(
         settings,
         data=new_data(),
         control=control,
@@ -73,18 +79,22 @@ def build_writer(settings: WriterSettings, registry: CollectorRegistry) -> Write
         batch_writer=BatchWriter(spark, settings.staging_dir),
         metrics=WriterMetrics.create(registry),
         epoch=settings.epoch or time.time_ns() // 1_000_000,
+        observer=observer,
     )
 
 
-def run(settings: WriterSettings, stop: threading.Event) -> None:
-    """Serve metrics, create topics, start Spark, then write until ``stop`` is set."""
+def run(
+    settings: WriterSettings, stop: threading.Event, observer: CommitObserver | None = None
+) -> None:
+    """Serve metrics, create topics, start Spark, then write until ``stop`` is set.
+    ``observer``: see :func:`build_writer`."""
     health = Health()
     registry = CollectorRegistry()
     with ExitStack() as resources:
         serve_metrics(resources, settings.metrics, registry, health)
         if settings.create_topics:
             create_topics(settings.kafka, settings.topic_requests(), "create writer topics", stop)
-        writer = build_writer(settings, registry)
+        writer = build_writer(settings, registry, observer)
         resources.callback(writer.close)
         if settings.warm_up:
             # The loop starts at once; ready (full speed) once Spark is warm.
@@ -101,10 +111,18 @@ def run(settings: WriterSettings, stop: threading.Event) -> None:
         writer.flush_all()
 
 
-def main() -> int:
-    """Parse settings once, configure logging, run; return the exit code."""
+def main(observer: CommitObserver | None = None) -> int:
+    """Parse settings once, configure logging, run; return the exit code. ``observer``: see
+    :func:`build_writer` (tests run the writer process with one)."""
+
+    def run_observed(settings: WriterSettings, stop: threading.Event) -> None:
+        run(settings, stop, observer)
+
     return _service_main(
-        "iceberg-writer", WriterSettings, run, exits=[(FencedError, EXIT_FENCED, "fenced")]
+        "iceberg-writer",
+        WriterSettings,
+        run_observed,
+        exits=[(FencedError, EXIT_FENCED, "fenced")],
     )
 
 
