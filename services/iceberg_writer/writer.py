@@ -27,28 +27,21 @@ from confluent_kafka import (
     KafkaError,
     KafkaException,
     Message,
-    Producer,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from services.iceberg_writer.admission import Admission, Decision, SchemaAdmission
+from services.iceberg_writer.admission import Admission, Decision
 from services.iceberg_writer.apply import BatchWriter
 from services.iceberg_writer.batching import BatchClock
-from services.iceberg_writer.bulk import BulkLoads
 from services.iceberg_writer.changes import Change, Op, Path
-from services.iceberg_writer.committer import CommitObserver, Committer
 from services.iceberg_writer.config import WriterSettings
-from services.iceberg_writer.control_view import ControlListener, ControlView
-from services.iceberg_writer.decoding import DECODED, ChangeDecoder
-from services.iceberg_writer.diversions import Diversions
+from services.iceberg_writer.control_view import ControlListener
+from services.iceberg_writer.decoding import DECODED
 from services.iceberg_writer.metrics import WriterMetrics
-from services.iceberg_writer.partitions import DataPartitions
 from services.iceberg_writer.state import TableState, table_of
 from services.iceberg_writer.tables import DEFAULT_PROPERTIES, TableStore
-from shared.avro import AvroCodec, WireFormatError, split_header
-from shared.control import ControlPublisher, ControlReader
+from shared.avro import WireFormatError, split_header
 from shared.errors import RetryableError
 from shared.kafka import GroupMembership, consume_ready, last_stable_offsets
 
@@ -177,7 +170,8 @@ class Commits(Protocol):
 
 class Writer:
     """The loop: the tables' states, the data consumer's assignment and each round's order.
-    :meth:`wired` builds one from the clients; tests pass their own parts."""
+    :func:`services.iceberg_writer.__main__.build_writer` wires the real parts; tests
+    pass their own."""
 
     def __init__(
         self,
@@ -215,82 +209,6 @@ class Writer:
         # The per-record counter's children, so a record does not look its labels up.
         self._received: dict[tuple[str, Op], Any] = {}
         control.listener = self
-
-    @classmethod
-    def wired(
-        cls,
-        settings: WriterSettings,
-        *,
-        data: Consumer,
-        control: Consumer,
-        new_data: Callable[[], Consumer] | None = None,
-        admin: AdminClient,
-        producer: Producer,
-        registry: SchemaRegistryClient,
-        store: TableStore,
-        batch_writer: BatchWriter,
-        metrics: WriterMetrics,
-        epoch: int,
-        observer: CommitObserver | None = None,
-    ) -> Writer:
-        """A writer whose parts share these clients. ``observer`` is told of each data
-        commit (tests and benchmarks; see :class:`~.committer.CommitObserver`)."""
-        codec = AvroCodec(registry)
-        tables: dict[str, TableState] = {}
-        reader = ControlReader(control, codec, settings.control_topic)
-        view = ControlView(control, reader, admin, settings.control_topic, tables, metrics)
-        partitions = DataPartitions(data, view.is_paused, new_data)
-        diversions = Diversions(producer, settings, metrics)
-        committer = Committer(
-            settings,
-            store=store,
-            batch_writer=batch_writer,
-            publisher=ControlPublisher(producer, codec, settings.control_topic),
-            flush_diversions=diversions.flush,
-            published=view.commits_seen,
-            metrics=metrics,
-            epoch=epoch,
-            observer=observer,
-        )
-        decoder = ChangeDecoder(registry, codec)
-        admission = SchemaAdmission(
-            settings,
-            control=view,
-            partitions=partitions,
-            committer=committer,
-            decoder=decoder,
-            registry=registry,
-            codec=codec,
-            store=store,
-            metrics=metrics,
-            epoch=epoch,
-        )
-        bulk = BulkLoads(
-            tables=tables,
-            control=view,
-            partitions=partitions,
-            committer=committer,
-            store=store,
-            batch_writer=batch_writer,
-            metrics=metrics,
-            epoch=epoch,
-        )
-        return cls(
-            settings,
-            tables=tables,
-            partitions=partitions,
-            control=view,
-            admission=admission,
-            decoder=decoder,
-            diversions=diversions,
-            bulk=bulk,
-            committer=committer,
-            admin=admin,
-            store=store,
-            batch_writer=batch_writer,
-            metrics=metrics,
-            epoch=epoch,
-        )
 
     @property
     def _data(self) -> Consumer:
