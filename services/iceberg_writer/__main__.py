@@ -26,10 +26,10 @@ from services.iceberg_writer.bulk import BulkLoads
 from services.iceberg_writer.committer import CommitObserver, Committer
 from services.iceberg_writer.config import WriterSettings
 from services.iceberg_writer.control_view import ControlView
+from services.iceberg_writer.data_consumer import DataConsumer
 from services.iceberg_writer.decoding import ChangeDecoder
 from services.iceberg_writer.diversions import Diversions
 from services.iceberg_writer.metrics import WriterMetrics
-from services.iceberg_writer.partitions import DataPartitions
 from services.iceberg_writer.state import TableState
 from services.iceberg_writer.tables import FencedError, TableStore
 from services.iceberg_writer.writer import Writer
@@ -124,7 +124,7 @@ def wire_writer(
     tables: dict[str, TableState] = {}
     reader = ControlReader(control, codec, settings.control_topic)
     view = ControlView(control, reader, admin, settings.control_topic, tables, metrics)
-    partitions = DataPartitions(data, view.is_paused, new_data)
+    partitions = DataConsumer(data, view.is_paused, new_data)
     diversions = Diversions(producer, settings, metrics)
     committer = Committer(
         settings,

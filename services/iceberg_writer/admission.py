@@ -21,9 +21,9 @@ from pyiceberg.table import Table
 
 from services.iceberg_writer.config import WriterSettings
 from services.iceberg_writer.control_view import ControlView
+from services.iceberg_writer.data_consumer import DataConsumer
 from services.iceberg_writer.decoding import ChangeDecoder
 from services.iceberg_writer.metrics import WriterMetrics
-from services.iceberg_writer.partitions import DataPartitions
 from services.iceberg_writer.state import TableState
 from services.iceberg_writer.tables import (
     EPOCH_PROPERTY,
@@ -82,7 +82,7 @@ class SchemaAdmission:
         settings: WriterSettings,
         *,
         control: ControlView,
-        partitions: DataPartitions,
+        partitions: DataConsumer,
         committer: TableCommits,
         decoder: ChangeDecoder,
         registry: SchemaRegistryClient,

@@ -23,8 +23,8 @@ from services.iceberg_writer.apply import BatchWriter, CommitConflictError
 from services.iceberg_writer.changes import Op
 from services.iceberg_writer.committer import Committer
 from services.iceberg_writer.control_view import ControlView
+from services.iceberg_writer.data_consumer import DataConsumer
 from services.iceberg_writer.metrics import WriterMetrics
-from services.iceberg_writer.partitions import DataPartitions
 from services.iceberg_writer.state import TableState, holds_no_rows
 from services.iceberg_writer.tables import (
     BULK_LOAD_ID,
@@ -62,7 +62,7 @@ class BulkLoads:
         *,
         tables: Mapping[str, TableState],
         control: ControlView,
-        partitions: DataPartitions,
+        partitions: DataConsumer,
         committer: Committer,
         store: TableStore,
         batch_writer: BatchWriter,

@@ -84,7 +84,7 @@ def take_waiting(
 
 
 class Partitions(Protocol):
-    """:class:`~services.iceberg_writer.partitions.DataPartitions`."""
+    """:class:`~services.iceberg_writer.data_consumer.DataConsumer`."""
 
     consumer: Consumer
     membership: GroupMembership

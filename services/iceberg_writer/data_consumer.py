@@ -14,7 +14,7 @@ from shared.kafka import GroupMembership
 log = logging.getLogger("services.iceberg_writer")
 
 
-class DataPartitions:
+class DataConsumer:
     """Owns the data consumer. ``paused(state)`` says whether an operator paused a table
     (:meth:`services.iceberg_writer.control_view.ControlView.is_paused`)."""
 
