@@ -14,6 +14,7 @@ import random
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -106,6 +107,17 @@ def bench_change(op: str, seq: int, key: int, now: dt.datetime) -> dict[str, Any
     }
 
 
+class FreshnessSamples:
+    """Each applied change's freshness in seconds (source commit to visible), as the
+    writer's commits report it (``committer.CommitObserver``); the latest 200,000."""
+
+    def __init__(self) -> None:
+        self.samples: deque[float] = deque(maxlen=200_000)
+
+    def committed(self, table: str, freshness_s: Sequence[float], commits: int) -> None:
+        self.samples.extend(freshness_s)
+
+
 def quantile(samples: Sequence[float], q: float) -> float:
     """The ``q`` quantile (0-1) of ``samples`` by rank; NaN for none."""
     if not samples:
@@ -135,7 +147,8 @@ def bench_write(
     )
     ensure_topics(admin, run_settings.topic_requests())
     registry = CollectorRegistry()
-    writer = build_writer(run_settings, registry)
+    freshness = FreshnessSamples()
+    writer = build_writer(run_settings, registry, freshness)
     writer.start()
     codec = AvroCodec(make_registry_client(settings.registry))
     producer = make_producer(settings.kafka, **{"linger.ms": 20})
@@ -186,7 +199,7 @@ def bench_write(
             stop.set()
             break
     elapsed = time.monotonic() - began
-    samples = list(writer.freshness_samples)
+    samples = list(freshness.samples)
     applied = len(samples)
     return WriteBenchResult(
         rate=rate,

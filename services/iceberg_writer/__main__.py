@@ -12,17 +12,30 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import ExitStack
 
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.schema_registry import SchemaRegistryClient
 from prometheus_client import CollectorRegistry
 
+from services.iceberg_writer.admission import SchemaAdmission
 from services.iceberg_writer.apply import BatchWriter
+from services.iceberg_writer.bulk import BulkLoads
+from services.iceberg_writer.committer import CommitObserver, Committer
 from services.iceberg_writer.config import WriterSettings
+from services.iceberg_writer.control_view import ControlView
+from services.iceberg_writer.data_consumer import DataConsumer
+from services.iceberg_writer.decoding import ChangeDecoder
+from services.iceberg_writer.diversions import Diversions
 from services.iceberg_writer.metrics import WriterMetrics
+from services.iceberg_writer.state import TableState
 from services.iceberg_writer.tables import FencedError, TableStore
 from services.iceberg_writer.writer import Writer
+from shared.avro import AvroCodec
 from shared.catalog import open_catalog
+from shared.control import ControlPublisher, ControlReader
 from shared.endpoint import Health
 from shared.errors import Backoff, retry, waiting_for_warehouse
 from shared.kafka import make_admin, make_consumer, make_producer
@@ -32,15 +45,28 @@ from shared.service import EXIT_BAD_SETTINGS, EXIT_FATAL, EXIT_OK, create_topics
 from shared.service import service_main as _service_main
 from shared.spark import build_spark_session
 
-__all__ = ["EXIT_BAD_SETTINGS", "EXIT_FATAL", "EXIT_FENCED", "EXIT_OK", "build_writer", "main"]
+__all__ = [
+    "EXIT_BAD_SETTINGS",
+    "EXIT_FATAL",
+    "EXIT_FENCED",
+    "EXIT_OK",
+    "build_writer",
+    "main",
+    "wire_writer",
+]
 
 log = logging.getLogger("services.iceberg_writer")
 
 EXIT_FENCED = 3
 
 
-def build_writer(settings: WriterSettings, registry: CollectorRegistry) -> Writer:
-    """Spark, the catalog, the Kafka clients and the registry, wired into a :class:`Writer`."""
+def build_writer(
+    settings: WriterSettings,
+    registry: CollectorRegistry,
+    observer: CommitObserver | None = None,
+) -> Writer:
+    """Spark, the catalog, the Kafka clients and the registry, wired into a :class:`Writer`.
+    ``observer`` is told of each data commit (tests and benchmarks)."""
     spark_settings = settings.spark.model_copy(
         update={"conf": {"spark.sql.iceberg.check-nullability": "false", **settings.spark.conf}}
     )
@@ -61,7 +87,7 @@ def build_writer(settings: WriterSettings, registry: CollectorRegistry) -> Write
         )
 
     control = make_consumer(settings.kafka, f"{settings.group_id}-control-{uuid.uuid4().hex[:8]}")
-    return Writer(
+    return wire_writer(
         settings,
         data=new_data(),
         control=control,
@@ -73,18 +99,97 @@ def build_writer(settings: WriterSettings, registry: CollectorRegistry) -> Write
         batch_writer=BatchWriter(spark, settings.staging_dir),
         metrics=WriterMetrics.create(registry),
         epoch=settings.epoch or time.time_ns() // 1_000_000,
+        observer=observer,
     )
 
 
-def run(settings: WriterSettings, stop: threading.Event) -> None:
-    """Serve metrics, create topics, start Spark, then write until ``stop`` is set."""
+def wire_writer(
+    settings: WriterSettings,
+    *,
+    data: Consumer,
+    control: Consumer,
+    new_data: Callable[[], Consumer] | None = None,
+    admin: AdminClient,
+    producer: Producer,
+    registry: SchemaRegistryClient,
+    store: TableStore,
+    batch_writer: BatchWriter,
+    metrics: WriterMetrics,
+    epoch: int,
+    observer: CommitObserver | None = None,
+) -> Writer:
+    """The writer's parts around these clients, sharing one map of table states.
+    ``observer`` is told of each data commit (:class:`~.committer.CommitObserver`)."""
+    codec = AvroCodec(registry)
+    tables: dict[str, TableState] = {}
+    reader = ControlReader(control, codec, settings.control_topic)
+    view = ControlView(control, reader, admin, settings.control_topic, tables, metrics)
+    partitions = DataConsumer(data, view.is_paused, new_data)
+    diversions = Diversions(producer, settings, metrics)
+    committer = Committer(
+        settings,
+        store=store,
+        batch_writer=batch_writer,
+        publisher=ControlPublisher(producer, codec, settings.control_topic),
+        flush_diversions=diversions.flush,
+        published=view.commits_seen,
+        metrics=metrics,
+        epoch=epoch,
+        observer=observer,
+    )
+    decoder = ChangeDecoder(registry, codec)
+    admission = SchemaAdmission(
+        settings,
+        control=view,
+        partitions=partitions,
+        committer=committer,
+        decoder=decoder,
+        registry=registry,
+        codec=codec,
+        store=store,
+        metrics=metrics,
+        epoch=epoch,
+    )
+    bulk = BulkLoads(
+        tables=tables,
+        control=view,
+        partitions=partitions,
+        committer=committer,
+        store=store,
+        batch_writer=batch_writer,
+        metrics=metrics,
+        epoch=epoch,
+    )
+    return Writer(
+        settings,
+        tables=tables,
+        partitions=partitions,
+        control=view,
+        admission=admission,
+        decoder=decoder,
+        diversions=diversions,
+        bulk=bulk,
+        committer=committer,
+        admin=admin,
+        store=store,
+        batch_writer=batch_writer,
+        metrics=metrics,
+        epoch=epoch,
+    )
+
+
+def run(
+    settings: WriterSettings, stop: threading.Event, observer: CommitObserver | None = None
+) -> None:
+    """Serve metrics, create topics, start Spark, then write until ``stop`` is set.
+    ``observer``: see :func:`build_writer`."""
     health = Health()
     registry = CollectorRegistry()
     with ExitStack() as resources:
         serve_metrics(resources, settings.metrics, registry, health)
         if settings.create_topics:
             create_topics(settings.kafka, settings.topic_requests(), "create writer topics", stop)
-        writer = build_writer(settings, registry)
+        writer = build_writer(settings, registry, observer)
         resources.callback(writer.close)
         if settings.warm_up:
             # The loop starts at once; ready (full speed) once Spark is warm.
@@ -102,10 +207,18 @@ def run(settings: WriterSettings, stop: threading.Event) -> None:
         writer.flush_all()
 
 
-def main() -> int:
-    """Parse settings once, configure logging, run; return the exit code."""
+def main(observer: CommitObserver | None = None) -> int:
+    """Parse settings once, configure logging, run; return the exit code. ``observer``: see
+    :func:`build_writer` (tests run the writer process with one)."""
+
+    def run_observed(settings: WriterSettings, stop: threading.Event) -> None:
+        run(settings, stop, observer)
+
     return _service_main(
-        "iceberg-writer", WriterSettings, run, exits=[(FencedError, EXIT_FENCED, "fenced")]
+        "iceberg-writer",
+        WriterSettings,
+        run_observed,
+        exits=[(FencedError, EXIT_FENCED, "fenced")],
     )
 
 

@@ -137,12 +137,6 @@ class WriterSettings(ServiceSettings):
     quarantine_topic: str = QUARANTINE_TOPIC
     create_topics: bool = Field(default=True, description="Create the writer's topics if missing.")
     topic_replication_factor: int | None = Field(default=None, ge=1)
-    crash_after_commits: int | None = Field(
-        default=None,
-        ge=1,
-        description="Fault injection for tests: exit abruptly (no cleanup) right after this "
-        "many Iceberg commits, before their CommitDone is published.",
-    )
     warm_up: bool = Field(
         default=True,
         description="Run each write path once on a throwaway table at start, in the "

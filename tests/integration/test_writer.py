@@ -500,7 +500,7 @@ def test_a_data_consumer_out_of_its_group_is_replaced_and_nothing_is_lost_or_rep
         writer_settings(stack, change_topic, min_batch_s=3.0, freshness_target_s=30.0)
     )
     watch = LostOnce()
-    writer._membership = watch
+    writer.partitions.membership = watch
     try:
         first = [Event(i, "READ", i, name=f"r{i}", amount="1.50") for i in range(1, 101)]
         producer_for(stack, change_topic).send(schema, first)

@@ -67,10 +67,15 @@ def writer_env(stack: Stack, topic: str, suffix: str, **extra: str) -> dict[str,
     return env
 
 
-def start(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def start(env: dict[str, str], log: Path, crash: bool = False) -> subprocess.Popen[bytes]:
+    """The writer process; ``crash``: one that exits right after its first commit, before
+    its CommitDone (``tests/crashing_writer.py``)."""
     handle = log.open("ab")
+    entry = (
+        [str(REPO / "tests" / "crashing_writer.py")] if crash else ["-m", "services.iceberg_writer"]
+    )
     return subprocess.Popen(
-        [sys.executable, "-m", "services.iceberg_writer"],
+        [sys.executable, *entry],
         cwd=REPO,
         env=env,
         stdout=handle,
@@ -139,8 +144,7 @@ def test_kill_minus_nine_many_times_loses_and_duplicates_nothing(
     processes: list[subprocess.Popen[bytes]] = []
     try:
         # The first run dies on purpose right after its first commit, before its CommitDone.
-        crash = {"ICEFJORD_WRITER_CRASH_AFTER_COMMITS": "1"}
-        first = start(writer_env(stack, crash_topic, suffix, **crash), log)
+        first = start(writer_env(stack, crash_topic, suffix), log, crash=True)
         processes.append(first)
         assert first.wait(timeout=900) == 137, log.read_text()[-3000:]
         print(f"first writer exited after its commit, {time.monotonic() - began:.0f} s")

@@ -1,31 +1,34 @@
-"""Writer.commit_all: tables committed side by side, errors raised only once all are done."""
+"""CommitPool.commit_all: tables committed side by side, errors raised only once all are done."""
 
 from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from services.iceberg_writer.writer import Writer
+from services.iceberg_writer.committer import CommitPool
 from shared.errors import FatalError, RetryableError
 
 pytestmark = pytest.mark.unit
 
 
-class Recording(Writer):
-    """A Writer whose commit only records; ``fail`` maps a table to the error it raises."""
+class Recording:
+    """Commits that only record, ``parallelism`` at a time; ``fail`` maps a table to the
+    error its commit raises."""
 
     def __init__(self, parallelism: int, fail: dict[str, Exception] | None = None) -> None:
-        self._committers = ThreadPoolExecutor(parallelism) if parallelism > 1 else None
+        self.pool = CommitPool(parallelism)
         self.fail = fail or {}
         self.done: list[str] = []
         self.running = 0
         self.most_at_once = 0
         self._lock = threading.Lock()
+
+    def commit_all(self, states: list[Any]) -> None:
+        self.pool.commit_all(self.commit, states)
 
     def commit(self, state: Any) -> None:
         with self._lock:

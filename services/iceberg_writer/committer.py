@@ -1,0 +1,372 @@
+"""The committer: a table's pending changes in as one Iceberg snapshot, then its CommitDone.
+
+Each commit claims the table for this writer's epoch, checks the fence, waits while the
+maintainer's compaction lease holds a path that must wait, picks the write path, retries a
+conflicting commit a bounded number of times, records offsets, commit id, epoch and
+watermark in the snapshot summary, and publishes CommitDone (again on restart when a crash
+came between the two).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol, TypeVar
+
+from pyiceberg.table import Table
+
+from services.iceberg_writer.apply import BatchWriter, CommitConflictError, arrow_batch
+from services.iceberg_writer.changes import BatchPlan, Op, Path, PositionBounds, plan_batch
+from services.iceberg_writer.config import WriterSettings
+from services.iceberg_writer.metrics import WriterMetrics
+from services.iceberg_writer.state import TableState, holds_no_rows
+from services.iceberg_writer.tables import (
+    COMMIT_ID,
+    EPOCH,
+    OFFSETS,
+    TRUNCATED_AT,
+    WATERMARK,
+    Checkpoint,
+    TableStore,
+    checkpoint_of,
+    encode_offsets,
+    position_ceiling,
+    position_floor,
+    writes_own_files,
+)
+from shared.errors import FatalError, RetryableError
+from shared.events import CommitDone, ControlEvent, TopicPartitionOffset
+from shared.histograms import observe_many
+from shared.lease import leased
+
+log = logging.getLogger("services.iceberg_writer")
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class EventPublisher(Protocol):
+    """What :class:`shared.control.ControlPublisher` offers."""
+
+    def publish(self, event: ControlEvent) -> None: ...
+
+    def flush(self, timeout: float = 30.0) -> None: ...
+
+
+class CommitObserver(Protocol):
+    """Told of every data commit once it is in the table and before its CommitDone is
+    published. For tests and benchmarks (fault injection, freshness samples); it runs in
+    the committing thread, so it must be thread-safe."""
+
+    def committed(self, table: str, freshness_s: Sequence[float], commits: int) -> None:
+        """``freshness_s``: each change's source commit to now; ``commits``: this writer's
+        data commits so far, this one included."""
+
+
+def _first(errors: Sequence[BaseException | None]) -> BaseException | None:
+    return next((e for e in errors if e is not None), None)
+
+
+def _fatal_first(errors: Sequence[BaseException | None]) -> BaseException | None:
+    fatal = [e for e in errors if e is not None and not isinstance(e, RetryableError)]
+    return fatal[0] if fatal else _first(errors)
+
+
+class CommitPool:
+    """Runs tables' commits ``parallelism`` at a time. Each table's commit is independent
+    (its own snapshot, offsets and CommitDone); every commit is waited for before an error
+    is raised, so a rewind never races a commit in flight."""
+
+    def __init__(self, parallelism: int) -> None:
+        self._executor = (
+            ThreadPoolExecutor(parallelism, thread_name_prefix="commit")
+            if parallelism > 1
+            else None
+        )
+
+    def run(
+        self,
+        work: Callable[[T], R],
+        items: Sequence[T],
+        pick: Callable[[Sequence[BaseException | None]], BaseException | None] = _first,
+    ) -> list[R]:
+        """``work`` on every item, side by side; their results in order. Once all are done,
+        raises the error ``pick`` chooses (by default the first); one at a time (and so
+        stopping at the first error) when the parallelism or the items are fewer than two."""
+        if self._executor is None or len(items) < 2:
+            return [work(item) for item in items]
+        futures = [self._executor.submit(work, item) for item in items]
+        error = pick([f.exception() for f in futures])
+        if error is not None:
+            raise error
+        return [f.result() for f in futures]
+
+    def commit_all(self, commit: Callable[[TableState], None], states: list[TableState]) -> None:
+        """``commit`` each state that has pending changes; a fatal error wins over a
+        retryable one."""
+        self.run(commit, [s for s in states if s.pending], _fatal_first)
+
+
+class Committer:
+    """Commits tables' pending changes and publishes their CommitDone events.
+
+    ``published`` is the set of commit ids whose CommitDone is on the control topic
+    (:attr:`services.iceberg_writer.control_view.ControlView.commits_seen`), shared.
+    """
+
+    def __init__(
+        self,
+        settings: WriterSettings,
+        *,
+        store: TableStore,
+        batch_writer: BatchWriter,
+        publisher: EventPublisher,
+        flush_diversions: Callable[[float], int],
+        published: set[str],
+        metrics: WriterMetrics,
+        epoch: int,
+        observer: CommitObserver | None = None,
+    ) -> None:
+        self.settings = settings
+        self._store = store
+        self._batch_writer = batch_writer
+        self._publisher = publisher
+        self._flush_diversions = flush_diversions
+        self._published = published
+        self.metrics = metrics
+        self.epoch = epoch
+        self._observer = observer
+        self.pool = CommitPool(settings.commit_parallelism)
+        self.commits = 0
+        self._commits_lock = threading.Lock()
+
+    def commit_all(self, states: list[TableState]) -> None:
+        """Commit several tables, ``commit_parallelism`` at a time (:class:`CommitPool`)."""
+        self.pool.commit_all(self.commit, states)
+
+    def claim(self, state: TableState) -> None:
+        """Claim the table for this writer's epoch, once."""
+        if not state.claimed:
+            self._store.claim(state.name, self.epoch)
+            state.claimed = True
+
+    def commit(self, state: TableState) -> None:
+        """Commit the table's pending changes as one snapshot, then publish CommitDone. A
+        table held for a bulk load's copy commits nothing."""
+        if not state.pending or state.bulk is not None:
+            return
+        if self._flush_diversions(30) > 0:
+            raise RetryableError("quarantine/dead-letter records not acknowledged")
+        self.claim(state)
+        self._store.check_epoch(state.name, self.epoch)
+        table = self._store.load(state.name)
+        assert table is not None
+        if not self.may_pass_lease(table) and self.lease_holds(state, table):
+            return  # every batch would take a path that waits: no planning under the lease
+        plan = plan_batch(state.name, state.pending, state.truncated_at)
+        offsets = {**state.committed, **state.consumed}
+        watermark = max(c.source_ts_ms for c in state.pending)
+        commit_id = str(uuid.uuid4())
+        summary = {
+            OFFSETS: encode_offsets(offsets),
+            COMMIT_ID: commit_id,
+            EPOCH: str(self.epoch),
+            WATERMARK: str(watermark),
+        }
+        if state.truncated_at is not None or plan.truncate_position is not None:
+            # Every commit repeats it, so expiring old snapshots never loses it.
+            summary[TRUNCATED_AT] = plan.truncate_position or state.truncated_at or ""
+        started = time.monotonic()
+        written = self._write(state, table, plan, summary)
+        if written is None:
+            return
+        path = written
+        seconds = time.monotonic() - started
+        now_ms = time.time() * 1000
+        committed_table = self._store.load(state.name)
+        assert committed_table is not None
+        freshness = [max(0.0, (now_ms - c.source_ts_ms) / 1000) for c in state.pending]
+        observe_many(self.metrics.freshness.labels(state.name), freshness)
+        for op, count in Counter(change.op for change in plan.changes).items():
+            self.metrics.changes_applied.labels(state.name, op.value).inc(count)
+        self.metrics.batch_records.labels(state.name).observe(len(state.pending))
+        self.metrics.commit_duration.labels(state.name).observe(seconds)
+        self.metrics.commits.labels(state.name, path.value).inc()
+        self.metrics.last_commit.labels(state.name).set(time.time())
+        state.committed = offsets
+        if state.bounds is not None:
+            state.bounds.record(state.pending)
+        if plan.truncate_position is not None:
+            state.truncated_at = plan.truncate_position
+        state.pending = []
+        state.clock.committed(seconds)
+        with self._commits_lock:
+            self.commits += 1
+            commits = self.commits
+        checkpoint = checkpoint_of(committed_table)
+        log.info(
+            "committed",
+            extra={
+                "table": state.name,
+                "path": path.value,
+                "records": len(plan.changes),
+                "seconds": round(seconds, 3),
+            },
+        )
+        if self._observer is not None:
+            self._observer.committed(state.name, freshness, commits)
+        if checkpoint is not None and checkpoint.commit_id == commit_id:
+            updated = sum(1 for c in plan.upserts if c.op is Op.UPDATE)
+            counts = (len(plan.upserts) - updated, updated, len(plan.deletes))
+            self.publish(state, committed_table, checkpoint, seconds, freshness, counts, path)
+
+    def _write(
+        self, state: TableState, table: Table, plan: BatchPlan, summary: dict[str, str]
+    ) -> Path | None:
+        """Write ``plan`` on the path the table allows now, retrying a conflicting commit up
+        to ``commit_retries`` times; the path taken, or None when the lease holds it back."""
+        attempt = 0
+        while True:
+            # Planned against the table as it is now: a retry sees the conflicting commit.
+            empty = holds_no_rows(table)
+            floor = None
+            if self.settings.insert_path and plan.reads_only and not empty:
+                floor = position_floor(table, self._store.metadata.position)
+            path = plan.path(empty, floor, self.newer(state, table, plan))
+            if path.waits_for_lease and self.lease_holds(state, table):
+                return None
+            batch = arrow_batch(plan, table, state.keys, state.converters, self._store.metadata)
+            try:
+                result = self._batch_writer.write(
+                    self._store.sql_name(state.name),
+                    plan,
+                    batch,
+                    state.columns,
+                    state.keys,
+                    self._store.metadata.position,
+                    path,
+                    summary,
+                )
+                return result.path
+            except CommitConflictError as exc:
+                self.metrics.commit_conflicts.labels(state.name).inc()
+                if attempt >= self.settings.commit_retries:
+                    raise FatalError(
+                        f"commit to {state.name} still conflicts after {attempt} retries: {exc}"
+                    ) from exc
+                attempt += 1
+                self.metrics.commit_retries.labels(state.name).inc()
+                log.warning(
+                    "commit conflict, retrying", extra={"table": state.name, "attempt": attempt}
+                )
+                time.sleep(min(5.0, 0.2 * 2**attempt))
+                self._store.check_epoch(state.name, self.epoch)
+                table = self._store.load(state.name) or table
+
+    def may_pass_lease(self, table: Table) -> bool:
+        """Whether a batch for ``table`` can take a path that goes ahead under a compaction
+        lease (:attr:`Path.waits_for_lease`): APPEND into an empty table, or UPSERT where
+        the writer may write it. Elsewhere every batch takes the MERGE, which waits."""
+        return holds_no_rows(table) or (self.settings.upsert_path and writes_own_files(table))
+
+    def lease_holds(self, state: TableState, table: Table) -> bool:
+        """Whether the maintainer's compaction lease (``shared/lease.py``) holds this commit
+        back: the changes then wait in memory and go in the first commit after it."""
+        if leased(table.properties, int(time.time() * 1000)):
+            self.metrics.lease_deferrals.labels(state.name).inc()
+            return True
+        return False
+
+    def newer(self, state: TableState, table: Table, plan: BatchPlan) -> bool:
+        """Whether every change of ``plan`` is at least as new as the stored row of its key
+        (so the upsert path gives what the MERGE would). The bounds are read from the
+        table's data files when tracking (re)starts, then kept up by each commit."""
+        if not self.settings.upsert_path:
+            return False
+        if state.bounds is None:
+            base = None
+            if writes_own_files(table):
+                base = position_ceiling(table, self._store.metadata.position)
+            state.bounds = PositionBounds(base)
+        return state.bounds.admits(plan.changes)
+
+    def publish(
+        self,
+        state: TableState,
+        table: Table,
+        checkpoint: Checkpoint,
+        seconds: float,
+        freshness_ms: list[float] | None = None,
+        counts: tuple[int, int, int] | None = None,
+        path: Path | None = None,
+    ) -> None:
+        """Publish CommitDone for ``checkpoint``; ``counts`` (inserted, updated, deleted) come
+        from the batch plan, or from the snapshot summary when republishing after a crash
+        (which does not know the commit's ``path`` either)."""
+        snapshot = table.snapshot_by_id(checkpoint.snapshot_id)
+        assert snapshot is not None
+        summary: Mapping[str, str] = (
+            snapshot.summary.additional_properties if snapshot.summary else {}
+        )
+
+        def number(name: str) -> int:
+            return int(summary.get(name) or 0)
+
+        inserted, updated, deleted = counts or (
+            number("added-records"),
+            0,
+            number("added-position-deletes"),
+        )
+        ordered = sorted(freshness_ms or [])
+        event = CommitDone(
+            table=state.name,
+            commit_id=checkpoint.commit_id,
+            snapshot_id=checkpoint.snapshot_id,
+            writer_epoch=checkpoint.epoch,
+            records=inserted + updated + deleted,
+            inserted=inserted,
+            updated=updated,
+            deleted=deleted,
+            data_files_added=number("added-data-files"),
+            delete_files_added=number("added-delete-files"),
+            bytes_added=number("added-files-size"),
+            watermark_ms=checkpoint.watermark_ms,
+            freshness_ms=int(ordered[-1]) if ordered else None,
+            freshness_p50_ms=int(ordered[len(ordered) // 2]) if ordered else None,
+            sequence_number=snapshot.sequence_number,
+            total_records=number("total-records"),
+            total_data_files=number("total-data-files"),
+            total_delete_files=number("total-delete-files"),
+            write_path=path.value if path is not None else None,
+            offsets=tuple(
+                TopicPartitionOffset(topic=topic, partition=partition, next_offset=n)
+                for (topic, partition), n in sorted(checkpoint.offsets.items())
+            ),
+            committed_at_ms=int(snapshot.timestamp_ms),
+            duration_ms=int(seconds * 1000),
+        )
+        control = ControlEvent(
+            event_id=checkpoint.commit_id,
+            table=state.name,
+            produced_at_ms=int(time.time() * 1000),
+            producer=self.settings.producer,
+            payload=event,
+        )
+        self._publisher.publish(control)
+        self._publisher.flush()
+        self._published.add(checkpoint.commit_id)
+
+    def republish_if_missing(self, state: TableState, table: Table, checkpoint: Checkpoint) -> None:
+        """Publish the CommitDone of the table's newest writer commit when the control topic
+        does not hold it (a crash came between the commit and its CommitDone)."""
+        if checkpoint.commit_id and checkpoint.commit_id not in self._published:
+            log.info(
+                "publishing the CommitDone a previous run did not",
+                extra={"table": state.name, "commit_id": checkpoint.commit_id},
+            )
+            self.publish(state, table, checkpoint, 0.0)

@@ -1,0 +1,312 @@
+"""The writer loop with in-memory parts: a change record in, admission, decoding or a
+diversion, and the commit of a due batch, in one step of milliseconds."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError
+from prometheus_client import CollectorRegistry
+
+from services.iceberg_writer.admission import WAIT, WRITE, Admission
+from services.iceberg_writer.changes import Change, Op
+from services.iceberg_writer.config import WriterSettings
+from services.iceberg_writer.metrics import WriterMetrics
+from services.iceberg_writer.state import TableState
+from services.iceberg_writer.writer import Writer
+from shared.avro import encode
+from shared.errors import RetryableError
+from shared.kafka import GroupMembership
+
+pytestmark = pytest.mark.unit
+
+TOPIC = "icefjord.changes.shop.orders"
+TABLE = "shop.orders"
+
+
+def record(schema_id: int) -> bytes:
+    """A change record's bytes in the wire format (only the header is read here)."""
+    return encode(schema_id, {"type": "record", "name": "R", "fields": []}, {})
+
+
+class FakeError:
+    def __init__(self, code: int) -> None:
+        self._code = code
+
+    def code(self) -> int:
+        return self._code
+
+
+class FakeMessage:
+    def __init__(
+        self, offset: int, value: bytes | None, partition: int = 0, error: Any = None
+    ) -> None:
+        self._offset = offset
+        self._value = value
+        self._partition = partition
+        self._error = error
+
+    def error(self) -> Any:
+        return self._error
+
+    def topic(self) -> str:
+        return TOPIC
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def key(self) -> bytes:
+        return b"k"
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        return []
+
+
+class FakeConsumer:
+    """Hands out ``waiting`` once; nothing is assigned, so lag and seeks are no-ops."""
+
+    def __init__(self) -> None:
+        self.waiting: list[FakeMessage] = []
+
+    def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
+        taken, self.waiting = self.waiting[:num_messages], self.waiting[num_messages:]
+        return taken
+
+    def assignment(self) -> list[Any]:
+        return []
+
+
+class FakePartitions:
+    def __init__(self) -> None:
+        self.consumer = FakeConsumer()
+        self.membership = GroupMembership()
+        self.paused: list[Any] = []
+
+    def pause(self, partitions: list[Any]) -> None:
+        self.paused.extend(partitions)
+
+    def resume(self, partitions: list[Any]) -> None: ...
+
+    def seek(self, partition: Any) -> None: ...
+
+    def apply_pause(self, state: TableState) -> None: ...
+
+    def lost(self) -> bool:
+        return False
+
+    def replace(self) -> None: ...
+
+
+class FakeControl:
+    def __init__(self) -> None:
+        self.listener: Any = None
+        self.reads_to_end = 0
+
+    def replay(self, timeout_s: float) -> None: ...
+
+    def poll(self, timeout: float = 0) -> None: ...
+
+    def read_to_end(self, timeout_s: float = 10.0) -> None:
+        self.reads_to_end += 1
+
+    def is_paused(self, state: TableState) -> bool:
+        return state.paused
+
+    def close(self) -> None: ...
+
+
+class FakeAdmission:
+    """Admits by schema id from ``verdicts`` (WRITE for the others)."""
+
+    def __init__(self, verdicts: dict[int, Admission]) -> None:
+        self.verdicts = verdicts
+        self.waits: list[tuple[int, int]] = []  # offset, schema id
+
+    def admit(self, state: TableState, schema_id: int, topic: str) -> Admission:
+        return self.verdicts.get(schema_id, WRITE)
+
+    def load(self, state: TableState) -> None: ...
+
+    def wait(self, state: TableState, message: Any, schema_id: int, now: float) -> None:
+        state.waits[(message.topic(), message.partition())] = (message.offset(), schema_id, now)
+        self.waits.append((message.offset(), schema_id))
+
+    def wake_waits(self, state: TableState) -> None: ...
+
+    def expire_waits(self, tables: Iterable[TableState], now: float) -> None: ...
+
+
+class FakeDecoder:
+    """Decodes every record to an insert of key = offset; ``broken`` offsets raise."""
+
+    def __init__(self, broken: Iterable[int] = ()) -> None:
+        self.broken = set(broken)
+
+    def decode(self, state: TableState, message: Any, schema_id: int) -> Change:
+        if message.offset() in self.broken:
+            raise ValueError("decimal out of range")
+        return Change(
+            TABLE,
+            Op.CREATE,
+            f"{message.offset():020d}",
+            1_700_000_000_000,
+            (message.offset(),),
+            {"id": message.offset()},
+            message.topic(),
+            message.partition(),
+            message.offset(),
+            schema_id,
+        )
+
+
+class FakeDiversions:
+    def __init__(self) -> None:
+        self.quarantined: list[tuple[int, str]] = []  # offset, reason
+        self.dead: list[tuple[int, str]] = []  # offset, error class
+
+    def quarantine(self, state: TableState, message: Any, schema_id: int, reason: str) -> None:
+        self.quarantined.append((message.offset(), reason))
+
+    def dead_letter(self, state: TableState, message: Any, exc: Exception) -> None:
+        self.dead.append((message.offset(), type(exc).__name__))
+        state.consumed[(message.topic(), message.partition())] = message.offset() + 1
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+
+class FakeBulk:
+    def hold(self, state: TableState) -> None: ...
+
+    def bound_held(self, state: TableState) -> None: ...
+
+    def commit_copies(self) -> None: ...
+
+
+class FakeCommitter:
+    """Records each commit's table, keys and offsets, as the real one would store them."""
+
+    def __init__(self) -> None:
+        self.commits = 0
+        self.done: list[tuple[str, list[Any], dict[tuple[str, int], int]]] = []
+
+    def commit_all(self, states: list[TableState]) -> None:
+        for state in states:
+            if not state.pending:
+                continue
+            offsets = {**state.committed, **state.consumed}
+            self.done.append((state.name, [c.key[0] for c in state.pending], offsets))
+            state.committed = offsets
+            state.pending = []
+            self.commits += 1
+
+
+class Loop:
+    """A writer whose parts are the fakes above; batches close at ``max_records``."""
+
+    def __init__(
+        self,
+        verdicts: dict[int, Admission] | None = None,
+        broken: Iterable[int] = (),
+        max_records: int = 3,
+    ) -> None:
+        self.partitions = FakePartitions()
+        self.control = FakeControl()
+        self.admission = FakeAdmission(verdicts or {})
+        self.diversions = FakeDiversions()
+        self.committer = FakeCommitter()
+        settings = WriterSettings(max_batch_records=max_records, freshness_target_s=3600)
+        self.writer = Writer(
+            settings,
+            tables={},
+            partitions=self.partitions,  # type: ignore[arg-type]
+            control=self.control,
+            admission=self.admission,
+            decoder=FakeDecoder(broken),
+            diversions=self.diversions,  # type: ignore[arg-type]
+            bulk=FakeBulk(),
+            committer=self.committer,
+            admin=None,  # type: ignore[arg-type]
+            store=None,  # type: ignore[arg-type]
+            batch_writer=None,  # type: ignore[arg-type]
+            metrics=WriterMetrics.create(CollectorRegistry()),
+            epoch=1,
+        )
+
+    def step(self, *messages: FakeMessage) -> None:
+        self.partitions.consumer.waiting.extend(messages)
+        self.writer.step()
+
+    @property
+    def state(self) -> TableState:
+        return self.writer.tables[TABLE]
+
+
+def test_admitted_records_commit_once_the_batch_is_full() -> None:
+    loop = Loop(max_records=3)
+    loop.step(FakeMessage(0, record(1)), FakeMessage(1, record(1)))
+    assert loop.committer.done == []
+    assert [c.key[0] for c in loop.state.pending] == [0, 1]
+    loop.step(FakeMessage(2, record(1)))
+    assert loop.committer.done == [(TABLE, [0, 1, 2], {(TOPIC, 0): 3})]
+    assert loop.control.reads_to_end == 1, "a table's first commit reads the control topic"
+    assert loop.state.pending == []
+
+
+def test_rows_of_a_version_without_a_plan_wait_and_are_not_consumed() -> None:
+    loop = Loop(verdicts={2: WAIT})
+    loop.step(FakeMessage(0, record(1)), FakeMessage(1, record(2)), FakeMessage(2, record(1)))
+    assert loop.admission.waits == [(1, 2)]
+    # The record after the waiting one was fetched before the pause took effect.
+    assert [c.key[0] for c in loop.state.pending] == [0]
+    assert loop.state.consumed[(TOPIC, 0)] == 1
+
+
+def test_quarantined_rows_are_diverted_with_their_reason_and_read_past() -> None:
+    loop = Loop(verdicts={2: Admission.quarantine("schema version 2 quarantined: drop")})
+    loop.step(FakeMessage(0, record(2)), FakeMessage(1, record(1)))
+    assert loop.diversions.quarantined == [(0, "schema version 2 quarantined: drop")]
+    assert [c.key[0] for c in loop.state.pending] == [1]
+    assert loop.state.consumed[(TOPIC, 0)] == 2
+
+
+def test_records_that_never_decode_go_to_the_dead_letter_topic() -> None:
+    loop = Loop(broken=[1])
+    loop.step(FakeMessage(0, record(1)), FakeMessage(1, record(1)), FakeMessage(2, b"\x07"))
+    assert loop.diversions.dead == [(1, "ValueError"), (2, "WireFormatError")]
+    assert [c.key[0] for c in loop.state.pending] == [0]
+    assert loop.state.consumed[(TOPIC, 0)] == 3
+
+
+def test_a_tombstone_only_moves_the_offset() -> None:
+    loop = Loop()
+    loop.step(FakeMessage(0, None))
+    assert loop.state.pending == [] and loop.state.consumed[(TOPIC, 0)] == 1
+
+
+def test_a_read_error_drops_uncommitted_work_and_is_retryable() -> None:
+    loop = Loop()
+    broken = FakeMessage(1, None, error=FakeError(KafkaError._TRANSPORT))
+    with pytest.raises(RetryableError):
+        loop.step(FakeMessage(0, record(1)), broken)
+    assert loop.state.pending == [] and loop.state.consumed == {}
+    assert loop.committer.done == []
+
+
+def test_a_paused_table_commits_nothing_until_flushed() -> None:
+    loop = Loop(max_records=2)
+    loop.step(FakeMessage(0, record(1)))
+    loop.state.paused = True
+    loop.step(FakeMessage(1, record(1)))
+    assert loop.committer.done == []
+    loop.state.flush = True
+    loop.step()
+    assert loop.committer.done == [(TABLE, [0, 1], {(TOPIC, 0): 2})]
