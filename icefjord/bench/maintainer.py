@@ -32,12 +32,13 @@ from rich.console import Console
 from rich.table import Table
 
 from services.maintainer.config import MaintainerSettings
-from services.maintainer.execute import MaintenanceExecutor, SparkProcedureRunner, is_conflict
+from services.maintainer.execute import MaintenanceExecutor, is_conflict
 from services.maintainer.health import compute_health
 from services.maintainer.identifiers import TableId
 from services.maintainer.inspect import TableInspector
 from services.maintainer.metrics import MaintainerMetrics
 from services.maintainer.policy import MaintenancePolicy
+from services.maintainer.runner import SparkProcedureRunner
 from services.maintainer.service import HealthBoard, MaintainerService
 from shared.catalog import catalog_properties, open_catalog
 from shared.events import (

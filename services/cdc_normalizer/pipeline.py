@@ -40,23 +40,16 @@ from services.cdc_normalizer.normalize import (
 from services.cdc_normalizer.table_schema import TableId, TableSchema
 from shared.avro import MAGIC_BYTE, WireFormatError, split_header
 from shared.avro_decoder import AvroDecoder
-from shared.settings import CHANGES_TOPIC_PREFIX
-
-# Dead-letter header names, as contracts/topics.toml lists them for icefjord.deadletter.
-HEADER_ERROR_CLASS = "icefjord.error.class"
-HEADER_ERROR_MESSAGE = "icefjord.error.message"
-HEADER_SOURCE_TOPIC = "icefjord.source.topic"
-HEADER_SOURCE_PARTITION = "icefjord.source.partition"
-HEADER_SOURCE_OFFSET = "icefjord.source.offset"
-HEADER_FAILED_AT_MS = "icefjord.failed_at_ms"
-DEAD_LETTER_HEADERS = (
+from shared.headers import (
     HEADER_ERROR_CLASS,
     HEADER_ERROR_MESSAGE,
-    HEADER_SOURCE_TOPIC,
-    HEADER_SOURCE_PARTITION,
-    HEADER_SOURCE_OFFSET,
     HEADER_FAILED_AT_MS,
+    HEADER_SOURCE_OFFSET,
+    HEADER_SOURCE_PARTITION,
+    HEADER_SOURCE_TOPIC,
 )
+from shared.settings import CHANGES_TOPIC_PREFIX
+
 MAX_ERROR_MESSAGE_BYTES = 1024
 
 Headers = tuple[tuple[str, bytes | None], ...]

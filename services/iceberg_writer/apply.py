@@ -25,7 +25,7 @@ from pyiceberg.table import Table
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from services.iceberg_writer.changes import BatchPlan, Change, Op, Path
+from services.iceberg_writer.changes import BatchPlan, Path
 from services.iceberg_writer.copyfiles import write_copy
 from services.iceberg_writer.records import staging_rows
 from services.iceberg_writer.tables import quote, sql_literal
@@ -36,6 +36,7 @@ from services.iceberg_writer.types import (
     MetadataColumns,
 )
 from services.iceberg_writer.upserts import write_upserts
+from shared.errors import IcefjordError
 from shared.spark import scratch_catalog
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ log = logging.getLogger(__name__)
 DELETE_FLAG = STAGING_FLAG
 
 
-class CommitConflictError(RuntimeError):
+class CommitConflictError(IcefjordError, RuntimeError):
     """Iceberg refused the commit because another commit changed what the batch touched."""
 
 
@@ -344,10 +345,3 @@ def _is_conflict(exc: BaseException) -> bool:
 
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:500]
-
-
-def changes_summary(changes: Sequence[Change]) -> dict[Op, int]:
-    out: dict[Op, int] = {}
-    for change in changes:
-        out[change.op] = out.get(change.op, 0) + 1
-    return out

@@ -28,6 +28,7 @@ from pyspark.sql import SparkSession
 
 from services.iceberg_writer.files import TableFiles, discard_uncommitted
 from services.iceberg_writer.partitions import Partition, PartitionLayout, java_partition
+from shared.errors import IcefjordError
 
 __all__ = [
     "CopyMismatchError",
@@ -46,7 +47,7 @@ __all__ = [
 _CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "lz4": "lz4", "uncompressed": None}
 
 
-class CopyMismatchError(ValueError):
+class CopyMismatchError(IcefjordError, ValueError):
     """The copy holds a column the table lacks, or one of another type: it must wait."""
 
 

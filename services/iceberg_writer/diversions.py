@@ -14,17 +14,20 @@ from confluent_kafka import Message, Producer
 from services.iceberg_writer.config import WriterSettings
 from services.iceberg_writer.metrics import WriterMetrics
 from services.iceberg_writer.state import TableState
+from shared.headers import (
+    HEADER_ERROR_CLASS,
+    HEADER_ERROR_MESSAGE,
+    HEADER_FAILED_AT_MS,
+    HEADER_SOURCE_OFFSET,
+    HEADER_SOURCE_PARTITION,
+    HEADER_SOURCE_TOPIC,
+)
 
+# The quarantine's own headers beside the source's (shared/headers.py).
 HEADER_TABLE = "icefjord.table"
 HEADER_SCHEMA_ID = "icefjord.schema_id"
 HEADER_QUARANTINED_AT_MS = "icefjord.quarantined_at_ms"
 HEADER_REASON = "icefjord.reason"
-HEADER_ERROR_CLASS = "icefjord.error.class"
-HEADER_ERROR_MESSAGE = "icefjord.error.message"
-HEADER_SOURCE_TOPIC = "icefjord.source.topic"
-HEADER_SOURCE_PARTITION = "icefjord.source.partition"
-HEADER_SOURCE_OFFSET = "icefjord.source.offset"
-HEADER_FAILED_AT_MS = "icefjord.failed_at_ms"
 MAX_TEXT_BYTES = 1024  # a reason or error message is cut to 1 KiB
 
 

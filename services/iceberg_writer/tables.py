@@ -41,6 +41,7 @@ from pyspark.sql import SparkSession
 from services.iceberg_writer.files import writable_scheme
 from services.iceberg_writer.partitions import supported_spec
 from services.iceberg_writer.types import MetadataColumns, table_schema, type_from_json
+from shared.errors import IcefjordError
 from shared.events import SchemaChange, SchemaOperationKind
 
 OFFSETS = "icefjord.offsets"
@@ -80,7 +81,7 @@ _PARTITION = re.compile(
 )
 
 
-class FencedError(RuntimeError):
+class FencedError(IcefjordError, RuntimeError):
     """A writer with a newer epoch owns the table; this one must stop."""
 
 

@@ -37,6 +37,7 @@ from pyiceberg.types import (
 )
 
 from shared.avro_types import decimal_parameters, expand_named_types, split_nullable
+from shared.errors import IcefjordError
 
 Converter = Callable[[Any], Any]
 STAGING_FLAG = "_icefjord_delete"  # a batch-only column marking deletes; never a table column
@@ -44,7 +45,7 @@ STAGING_FLAG = "_icefjord_delete"  # a batch-only column marking deletes; never 
 UNCHANGED_COLUMNS = "_icefjord_unchanged"
 
 
-class UnsupportedTypeError(ValueError):
+class UnsupportedTypeError(IcefjordError, ValueError):
     """An Avro type the writer cannot store losslessly (a union of several non-null types)."""
 
 

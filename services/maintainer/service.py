@@ -33,7 +33,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from services.maintainer.catchup import hold_reason, writer_lag_ms
 from services.maintainer.config import MaintainerSettings
-from services.maintainer.execute import MaintenanceExecutor, SparkProcedureRunner
+from services.maintainer.execute import MaintenanceExecutor
 from services.maintainer.health import TableHealth, TableInspection, apply_commit, compute_health
 from services.maintainer.identifiers import MalformedIdentifierError, TableId, parse_table
 from services.maintainer.inspect import TableInspector, UnknownTableError, list_tables
@@ -41,6 +41,7 @@ from services.maintainer.metrics import MaintainerMetrics
 from services.maintainer.planner import PlannerLimits, PlannerState, plan
 from services.maintainer.policy import Candidate, MaintenancePolicy, evaluate
 from services.maintainer.priority import LeaseBoost
+from services.maintainer.runner import SparkProcedureRunner
 from shared.avro import AvroCodec
 from shared.control import ControlPublisher, ControlReader, EventPublisher
 from shared.errors import RetryableError

@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 from harness import Stack
 
-from services.maintainer.execute import MaintenanceExecutor, SparkProcedureRunner
+from services.maintainer.execute import MaintenanceExecutor
 from services.maintainer.identifiers import parse_table
 from services.maintainer.inspect import TableInspector
 from services.maintainer.policy import MaintenancePolicy
+from services.maintainer.runner import SparkProcedureRunner
 from shared.catalog import open_catalog
 from shared.events import MaintenanceAction, MaintenanceRequest, MaintenanceResult
 from shared.events import MaintenanceStatus as Status

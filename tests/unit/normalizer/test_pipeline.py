@@ -17,7 +17,6 @@ import contracts
 from services.cdc_normalizer.config import NormalizerSettings
 from services.cdc_normalizer.normalize import Operation
 from services.cdc_normalizer.pipeline import (
-    DEAD_LETTER_HEADERS,
     AvroWriter,
     DeadLetter,
     Emit,
@@ -32,6 +31,7 @@ from services.cdc_normalizer.pipeline import (
 )
 from services.cdc_normalizer.table_schema import TableId, key_schema, value_schema
 from shared.avro import WireFormatError, encode
+from shared.headers import DEAD_LETTER_HEADERS
 
 pytestmark = pytest.mark.unit
 
