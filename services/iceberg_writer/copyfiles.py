@@ -34,6 +34,7 @@ __all__ = [
     "CopyMismatchError",
     "WrittenFile",
     "arrow_schema_of",
+    "built_file",
     "commit_append",
     "conform",
     "data_file",
@@ -132,15 +133,16 @@ WrittenFile = tuple[str, int]
 """A file the writer wrote: its path (as ``TableFiles`` names it) and size in bytes."""
 
 
-def data_file(files: TableFiles, written: WrittenFile, partition: Partition = ()) -> Any:
-    """An Iceberg ``DataFile`` for a Parquet file written to the table, in ``partition`` of
-    its default spec."""
+def built_file(
+    builder: Any, files: TableFiles, written: WrittenFile, spec: Any, partition: Partition
+) -> Any:
+    """A data or delete file's entry from its Java ``builder`` (``DataFiles.builder`` or
+    ``FileMetadata.deleteFileBuilder`` of ``spec``): the Parquet file ``written``, its
+    metrics and, in a partitioned spec, its ``partition``."""
     iceberg = files.jvm.org.apache.iceberg
     path, size = written
-    spec = files.table.spec()
     builder = (
-        iceberg.DataFiles.builder(spec)
-        .withPath(files.uri(path))
+        builder.withPath(files.uri(path))
         .withFormat(iceberg.FileFormat.PARQUET)
         .withFileSizeInBytes(size)
         .withMetrics(files.metrics(path))
@@ -148,6 +150,14 @@ def data_file(files: TableFiles, written: WrittenFile, partition: Partition = ()
     if partition:
         builder = builder.withPartition(java_partition(iceberg, spec, partition))
     return builder.build()
+
+
+def data_file(files: TableFiles, written: WrittenFile, partition: Partition = ()) -> Any:
+    """An Iceberg ``DataFile`` for a Parquet file written to the table, in ``partition`` of
+    its default spec."""
+    spec = files.table.spec()
+    builder = files.jvm.org.apache.iceberg.DataFiles.builder(spec)
+    return built_file(builder, files, written, spec, partition)
 
 
 def commit_append(

@@ -43,13 +43,14 @@ from pyspark.sql import SparkSession
 from services.iceberg_writer.copyfiles import (
     WrittenFile,
     arrow_schema_of,
+    built_file,
     commit_append,
     data_file,
     layout_of,
     parquet_codec,
 )
 from services.iceberg_writer.files import TableFiles, discard_uncommitted
-from services.iceberg_writer.partitions import java_partition, unpartitioned_spec
+from services.iceberg_writer.partitions import unpartitioned_spec
 from services.iceberg_writer.types import STAGING_FLAG
 
 __all__ = ["split_batch", "write_upserts"]
@@ -123,18 +124,9 @@ def write_upserts(
             scoped = layout.unpartitioned or layout.keyed
             spec = table.spec() if scoped else unpartitioned_spec(table)
             for partition, keys_part in layout.split(deleted) if scoped else [((), deleted)]:
-                path, size = write(keys_part, "eq-delete")
-                builder = (
-                    iceberg.FileMetadata.deleteFileBuilder(spec)
-                    .ofEqualityDeletes(field_ids)
-                    .withPath(files.uri(path))
-                    .withFormat(iceberg.FileFormat.PARQUET)
-                    .withFileSizeInBytes(size)
-                    .withMetrics(files.metrics(path))
-                )
-                if partition:
-                    builder = builder.withPartition(java_partition(iceberg, spec, partition))
-                delta.addDeletes(builder.build())
+                builder = iceberg.FileMetadata.deleteFileBuilder(spec).ofEqualityDeletes(field_ids)
+                written_keys = write(keys_part, "eq-delete")
+                delta.addDeletes(built_file(builder, files, written_keys, spec, partition))
         for key, value in summary.items():
             delta.set(key, value)
         delta.commit()
