@@ -120,10 +120,10 @@ class BatchWriter:
                 write_upserts(self._spark, target, batch, keys, summary)
             return WriteResult(path, time.monotonic() - started)
         if path is Path.APPEND:
-            # Without a Spark job where the table allows: a new table's first commit took
-            # 0.35-0.45 s through Spark, 0.08-0.12 s so. ValueError (a partitioned or
-            # remote table, or a value Arrow cannot cast) comes before any file is
-            # written, and Spark's append below takes the batch.
+            # Without a Spark job where the table allows: a new table's first commit
+            # costs a fraction of a Spark job's (HISTORY). ValueError (storage or a
+            # partition the writer cannot write, or a value Arrow cannot cast) comes before
+            # any file is written, and Spark's append below takes the batch.
             try:
                 with _conflicts():
                     write_upserts(self._spark, target, batch, keys, summary, deletes=False)
@@ -214,8 +214,8 @@ class BatchWriter:
         """Create a throwaway table as a new table is created, commit a bulk copy to it, then
         run each of ``paths`` once; return the seconds.
 
-        A JVM's first MERGE loads and compiles most of Spark and Iceberg: 20-30 s on 2 cores,
-        which would otherwise land on the first real commits (an initial snapshot, or the
+        A JVM's first MERGE loads and compiles most of Spark and Iceberg (tens of seconds on
+        2 cores, HISTORY), which would otherwise land on the first real commits (an initial snapshot, or the
         commits right after a restart). The table lives in a Hadoop catalog in the staging
         directory, registered for this session only, so the real catalog never sees it.
         """

@@ -1,9 +1,8 @@
 """A bulk load's copy into an empty table as data files of its own, without Spark's rewrite.
 
 The copy (``icefjord.bulk``) arrives as Parquet files whose columns are the table's, in the
-types Iceberg stores. Appending them through Spark reads and rewrites every row: 10 µs of
-CPU per row, 20 CPU s of a 2,000,000-row snapshot on a 2-core machine where the copy itself
-needs the same cores. Here each file is read with Arrow, conformed to the table (the
+types Iceberg stores. Appending them through Spark reads and rewrites every row, CPU a large
+snapshot's copy needs on the same cores (HISTORY). Here each file is read with Arrow, conformed to the table (the
 metadata columns' constant values added, columns in the table's order with its field ids),
 written once as the table's data file, and all of them are committed in ONE append through
 Iceberg's Java API, with the same snapshot summary as any commit.

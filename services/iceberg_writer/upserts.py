@@ -21,8 +21,8 @@ file needs (``services/maintainer``).
 
 An empty table's batch (``Path.APPEND``: deletes of rows that do not exist are no-ops)
 goes in the same way without the delete file: its rows as one data file, in an append
-snapshot. A new table's first commit took 0.35-0.45 s as a Spark job and takes 0.08-0.12 s
-so; a snapshot of many tables waits on those first commits.
+snapshot, at a fraction of a Spark job's cost (HISTORY); a snapshot of many tables waits
+on those first commits.
 
 A partitioned table's batch becomes one data file per partition, and its deletes are
 scoped to partitions or global as its spec allows (``partitions.py``). Only for tables on

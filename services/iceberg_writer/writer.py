@@ -269,7 +269,7 @@ class Writer:
         """:meth:`warm_up` in a daemon thread, then ``done()``, while the loop runs.
 
         A restarted writer then reads and commits at once instead of after the warm-up
-        (9-21 s): its first commits pay for the JVM's first use of their own path, which
+        (seconds to tens of seconds): its first commits pay for the JVM's first use of their own path, which
         the warm-up would have paid anyway. The warm-up's table is in a scratch catalog and
         its commits' summaries are per thread (``commit_properties``), so it shares nothing
         with the loop's commits but the SparkSession, which takes jobs from several threads.
@@ -500,7 +500,7 @@ class Writer:
             return False
         try:
             # One request for every partition: the consumer's own watermark queries wait
-            # behind its fetches, about 0.5 s each; for 30 partitions that took 16 s.
+            # behind its fetches, one by one (HISTORY: 30 partitions).
             ends = last_stable_offsets(self._admin, assignment)
             for tp in self._data.position(assignment):
                 high = ends[(tp.topic, tp.partition)]
