@@ -214,9 +214,9 @@ class BatchWriter:
         """Create a throwaway table as a new table is created, commit a bulk copy to it, then
         run each of ``paths`` once; return the seconds.
 
-        A JVM's first MERGE loads and compiles most of Spark and Iceberg (tens of seconds on
-        2 cores, HISTORY), which would otherwise land on the first real commits (an initial snapshot, or the
-        commits right after a restart). The table lives in a Hadoop catalog in the staging
+        A JVM's first MERGE loads and compiles most of Spark and Iceberg (tens of seconds on 2
+        cores, HISTORY), which would otherwise land on the first real commits (an initial snapshot,
+        or the commits right after a restart). The table lives in a Hadoop catalog in the staging
         directory, registered for this session only, so the real catalog never sees it.
         """
         started = time.monotonic()

@@ -1,11 +1,11 @@
 """A bulk load's copy into an empty table as data files of its own, without Spark's rewrite.
 
-The copy (``icefjord.bulk``) arrives as Parquet files whose columns are the table's, in the
-types Iceberg stores. Appending them through Spark reads and rewrites every row, CPU a large
-snapshot's copy needs on the same cores (HISTORY). Here each file is read with Arrow, conformed to the table (the
-metadata columns' constant values added, columns in the table's order with its field ids),
-written once as the table's data file, and all of them are committed in ONE append through
-Iceberg's Java API, with the same snapshot summary as any commit.
+The copy (``icefjord.bulk``) arrives as Parquet files whose columns are the table's, in the types
+Iceberg stores. Appending them through Spark reads and rewrites every row, CPU a large snapshot's
+copy needs on the same cores (HISTORY). Here each file is read with Arrow, conformed to the table
+(the metadata columns' constant values added, columns in the table's order with its field ids),
+written once as the table's data file, and all of them are committed in ONE append through Iceberg's
+Java API, with the same snapshot summary as any commit.
 
 Each file is split by the table's partition spec (``partitions.py``) on storage the writer
 can write (``files.py``: the local file system or S3). Anything else takes the Spark path,

@@ -268,11 +268,11 @@ class Writer:
     def warm_up_in_background(self, done: Callable[[], None]) -> threading.Thread:
         """:meth:`warm_up` in a daemon thread, then ``done()``, while the loop runs.
 
-        A restarted writer then reads and commits at once instead of after the warm-up
-        (seconds to tens of seconds): its first commits pay for the JVM's first use of their own path, which
-        the warm-up would have paid anyway. The warm-up's table is in a scratch catalog and
-        its commits' summaries are per thread (``commit_properties``), so it shares nothing
-        with the loop's commits but the SparkSession, which takes jobs from several threads.
+        A restarted writer then reads and commits at once instead of after the warm-up (seconds to
+        tens of seconds): its first commits pay for the JVM's first use of their own path, which the
+        warm-up would have paid anyway. The warm-up's table is in a scratch catalog and its commits'
+        summaries are per thread (``commit_properties``), so it shares nothing with the loop's
+        commits but the SparkSession, which takes jobs from several threads.
         """
 
         def run() -> None:
