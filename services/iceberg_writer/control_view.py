@@ -87,16 +87,21 @@ class ControlView:
         self._consumer.close()
 
     def replay(self, timeout_s: float) -> None:
-        """Read the control topic from its beginning to its end (taken now)."""
+        """Read the control topic from its beginning to its end (taken now). Raises
+        RetryableError when Kafka does not answer (a broker restarting) or the replay does
+        not finish within ``timeout_s``."""
+        try:
+            self._replay(timeout_s)
+        except KafkaException as exc:
+            raise RetryableError(f"control topic unavailable: {exc}") from exc
+
+    def _replay(self, timeout_s: float) -> None:
         topic = self._topic
         metadata = self._consumer.list_topics(topic, timeout=10)
         partitions = sorted(metadata.topics[topic].partitions) if topic in metadata.topics else []
         ends: dict[int, int] = {}
         for p in partitions:
-            try:
-                _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            except KafkaException as exc:
-                raise RetryableError(f"control topic offsets unavailable: {exc}") from exc
+            _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
             ends[p] = high
         self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
         deadline = time.monotonic() + timeout_s

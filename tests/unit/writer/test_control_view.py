@@ -1,0 +1,27 @@
+"""The writer's control view waits out a broker that does not answer (a restart)."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from prometheus_client import CollectorRegistry
+
+from services.iceberg_writer.control_view import ControlView
+from services.iceberg_writer.metrics import WriterMetrics
+from shared.errors import RetryableError
+
+pytestmark = pytest.mark.unit
+
+
+class SilentBroker:
+    """A control consumer whose broker does not answer, as while it restarts."""
+
+    def list_topics(self, topic: str, timeout: float) -> object:
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed to get metadata"))
+
+
+def test_a_replay_without_an_answer_from_kafka_is_retried_not_fatal() -> None:
+    metrics = WriterMetrics.create(CollectorRegistry())
+    view = ControlView(SilentBroker(), None, None, "control", {}, metrics)  # type: ignore[arg-type]
+    with pytest.raises(RetryableError, match="control topic unavailable"):
+        view.replay(timeout_s=5)
