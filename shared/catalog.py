@@ -40,6 +40,8 @@ def open_catalog(settings: CatalogSettings) -> Catalog:
     return load_catalog(settings.name, **catalog_properties(settings))
 
 
+# Object-store settings (s3.endpoint, s3.access-key-id, ...) mean the same in both engines.
+_IO_PREFIXES = ("s3.", "io-impl", "client.")
 # pyiceberg's own properties, which mean nothing to Iceberg's Java catalogs.
 _PYICEBERG_ONLY = frozenset({"type", "py-io-impl"})
 # Secret-bearing catalog properties (by a word in their last part, or any REST header).
@@ -81,9 +83,6 @@ def spark_catalog_conf(name: str, properties: dict[str, str]) -> dict[str, str]:
     for key in passed:
         conf[f"{prefix}.{key}"] = properties[key]
     return conf
-
-
-_IO_PREFIXES = ("s3.", "io-impl", "client.")
 
 
 def is_secret(key: str) -> bool:
