@@ -8,6 +8,7 @@ zero when a service is killed and restarted; :func:`render` draws it with rich.
 
 from __future__ import annotations
 
+import http.client
 import math
 import time
 import urllib.error
@@ -100,13 +101,17 @@ class Scrape:
 
 
 def scrape_all(endpoints: Mapping[str, str], source_changes: int, timeout_s: float = 2.0) -> Scrape:
-    """Fetch ``<url>/metrics`` of every service."""
+    """Fetch ``<url>/metrics`` of every service.
+
+    A service killed while it answers (the demo's faults do that) ends the response early:
+    that is ``http.client.IncompleteRead``, not an ``OSError``, and counts as not answering.
+    """
     services: dict[str, Samples | None] = {}
     for name, url in endpoints.items():
         try:
             with urllib.request.urlopen(f"{url}/metrics", timeout=timeout_s) as response:
                 services[name] = parse_metrics(response.read().decode())
-        except (urllib.error.URLError, OSError, ValueError):
+        except (OSError, http.client.HTTPException, ValueError):
             services[name] = None
     return Scrape(time.monotonic(), services, source_changes)
 

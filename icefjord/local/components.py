@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import shutil
 import socket
@@ -229,7 +230,7 @@ class ApicurioRegistry:
         try:
             with urllib.request.urlopen(url, timeout=3) as response:
                 body = response.read().decode()
-        except (urllib.error.URLError, OSError) as exc:
+        except (OSError, http.client.HTTPException) as exc:
             running = self.process.pid() is not None
             detail = "starting" if running else f"stopped ({getattr(exc, 'reason', exc)})"
             return Health(self.name, self.address(), False, detail)

@@ -9,6 +9,7 @@ serves ``/metrics``, ``/healthz`` and ``/readyz`` on its port.
 
 from __future__ import annotations
 
+import http.client
 import importlib.util
 import json
 import os
@@ -205,7 +206,7 @@ class ServiceProcess:
         except urllib.error.HTTPError as exc:
             reason = exc.read().decode(errors="replace").strip()
             return Health(self.name, self.address(), False, f"not ready: {reason}")
-        except OSError as exc:
+        except (OSError, http.client.HTTPException) as exc:
             running = self.process.pid() is not None
             detail = "starting" if running else f"stopped ({getattr(exc, 'reason', exc)})"
             return Health(self.name, self.address(), False, detail)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+import threading
+
 import pytest
 
 from icefjord.demo.progress import (
@@ -12,6 +15,7 @@ from icefjord.demo.progress import (
     histogram_quantile,
     parse_metrics,
     render,
+    scrape_all,
     total,
 )
 
@@ -107,3 +111,22 @@ def test_freshness_window_prefers_recent_observations() -> None:
     view.add(scrape(0, 0, writer_text(1, {"1.0": 100, "10.0": 100, "+Inf": 100})))
     view.add(scrape(10, 0, writer_text(1, {"1.0": 100, "10.0": 110, "+Inf": 110})))
     assert view.freshness(0.5) == pytest.approx(5.5)  # only the 10 slow ones are recent
+
+
+def test_a_service_killed_while_answering_counts_as_not_answering() -> None:
+    """A response cut short (Content-Length promised, connection closed) is not an error."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+
+        def answer_half() -> None:
+            connection, _ = server.accept()
+            with connection:
+                connection.recv(4096)
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 13740\r\n\r\n# TYPE")
+
+        thread = threading.Thread(target=answer_half)
+        thread.start()
+        result = scrape_all({"writer": f"http://127.0.0.1:{port}"}, 7)
+        thread.join()
+    assert result.services == {"writer": None}
+    assert result.source_changes == 7
