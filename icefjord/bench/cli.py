@@ -10,6 +10,7 @@ of past runs live in ``docs/benchmarks/``.
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -19,6 +20,7 @@ from rich.table import Table
 
 from icefjord.bench.normalizer import InputFormat, bench, build_kind
 from icefjord.bench.pipeline import BenchOptions, BenchResult, run_bench
+from icefjord.bench.stores import Store, parse_stores, run_stores, throughput_verdict
 from icefjord.demo.cli import EXIT_SETUP_FAILED, checked_source
 from icefjord.demo.run import DemoError
 from icefjord.local.artifacts import ArtifactError
@@ -126,14 +128,28 @@ def bench_pipeline_command(
         help="Keep the source's PostgreSQL schema (by default dropped once every table "
         "equals its source; kept when one does not).",
     ),
+    stores: str = typer.Option(
+        "",
+        "--stores",
+        help="Run the phases on each of these warehouse stores in turn and compare them, "
+        "e.g. file,s3 (file: local disk + SQLite catalog; s3: the local S3 server + "
+        "PostgreSQL catalog). Empty: the stack's own store only.",
+    ),
 ) -> None:
     """The whole pipeline: snapshot load, fixed rates, maximum; throughput, freshness and
-    files over time; then every table verified. Writes report.md and bench.png."""
+    files over time; then every table verified. Writes report.md and bench.png (with
+    --stores: one report per store and a comparison, stores.png)."""
     console = Console()
     choice = checked_source(source, snapshot, console)
     offered = _rates(rates, "--rates", console)
     set_offered = _rates(set_rates, "--set-rates", console)
-    pipeline_bench(
+    try:
+        chosen = parse_stores(stores) if stores else ()
+    except ValueError as exc:
+        console.print(f"[red]{exc}[/]")
+        raise typer.Exit(EXIT_SETUP_FAILED) from exc
+    run = pipeline_bench if not chosen else partial(stores_bench, stores=chosen)
+    run(
         BenchOptions(
             source=choice,
             snapshot_rows=snapshot_rows,
@@ -161,6 +177,27 @@ def pipeline_bench(options: BenchOptions) -> None:
         raise typer.Exit(EXIT_SETUP_FAILED) from exc
     print_bench(result, console)
     raise typer.Exit(result.exit_code)
+
+
+def stores_bench(options: BenchOptions, stores: tuple[Store, ...]) -> None:
+    """Run the end-to-end benchmark on each store and exit as :func:`pipeline_bench`
+    (1: a store's verification failed)."""
+    console = Console()
+    try:
+        comparison = run_stores(LocalSettings(), options, stores, console)
+    except (DemoError, StartError, ArtifactError, PostgresError, ConnectError) as exc:
+        console.print(f"[red]bench could not start:[/] {exc}")
+        raise typer.Exit(EXIT_SETUP_FAILED) from exc
+    for store, result in comparison.results.items():
+        console.rule(store)
+        print_bench(result, console)
+    reports = {store: result.report for store, result in comparison.results.items()}
+    if len(reports) > 1:
+        verdict = throughput_verdict(reports)
+        mark = {True: "[green]met[/]", False: "[red]missed[/]", None: "not measured"}
+        console.print(f"{mark[verdict.met]}  {verdict.goal}: {verdict.measured}")
+    console.print(f"comparison: {comparison.path}")
+    raise typer.Exit(comparison.exit_code)
 
 
 def _rates(text: str, option: str, console: Console) -> tuple[float, ...]:

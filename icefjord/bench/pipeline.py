@@ -61,6 +61,7 @@ STACK_PROCESSES = (
     ("kafka", "Kafka broker"),
     ("registry", "schema registry"),
     ("connect", "Kafka Connect (Debezium)"),
+    ("s3", "S3 server (SeaweedFS)"),
 )
 
 

@@ -285,9 +285,14 @@ class IcebergCatalog:
         return False
 
     def check(self) -> Health:
+        """Healthy when the catalog answers and ``catalog_file`` holds these settings'
+        properties: a stack started with another store (``--stores`` of the benchmark
+        switches them) is not healthy until ``up`` has rewritten the file."""
         s = self.settings
         if s.catalog_store == "sqlite" and not s.catalog_db.exists():
             return Health(self.name, self.address(), False, "not created")
+        if s.running_catalog_properties() != self.properties():
+            return Health(self.name, self.address(), False, "started with other settings")
         from pyiceberg.catalog.sql import SqlCatalog
 
         try:
