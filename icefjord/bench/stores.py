@@ -228,6 +228,16 @@ def _stop_services(settings: LocalSettings) -> None:
             service.stop()
 
 
+def _stop_spark() -> None:
+    """The verification's Spark session holds the store's catalog for the life of its
+    context: the next store's verification would read the old catalog through it."""
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    if session is not None:
+        session.stop()
+
+
 def run_stores(
     settings: LocalSettings, options: BenchOptions, stores: Sequence[Store], console: Console
 ) -> Comparison:
@@ -242,6 +252,7 @@ def run_stores(
             _stop_services(settings)
             run = dataclasses.replace(options, out=out / store)
             results[store] = run_bench(store_settings(settings, store), run, console)
+            _stop_spark()
     finally:
         _stop_services(settings)
         LocalStack(settings).up(console.log)
