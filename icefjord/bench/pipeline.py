@@ -17,6 +17,7 @@ import datetime as dt
 import math
 import os
 import platform
+import re
 import shlex
 import sys
 import threading
@@ -53,7 +54,12 @@ from icefjord.local.processes import ManagedProcess
 from icefjord.local.services import SERVICE_NAMES, ServiceProcess, service_processes
 from icefjord.local.settings import LocalSettings
 from icefjord.local.stack import LocalStack
-from shared.settings import DEAD_LETTER_TOPIC, CatalogSettings, KafkaSettings
+from shared.settings import (
+    CHANGES_TOPIC_PREFIX,
+    DEAD_LETTER_TOPIC,
+    CatalogSettings,
+    KafkaSettings,
+)
 
 SCHEMA_BASE = "bench_e2e"
 BENCH_CLIENT = "bench client (workload, sampling)"
@@ -95,6 +101,11 @@ class BenchOptions:
     # been found equal (a failed check keeps it to look into): each run's rows and the WAL
     # they wrote would pile up in the local cluster (HISTORY.md, "2026-11-26, late").
     keep_source: bool = False
+    # The writer subscribes to this run's change topics only. A run on another catalog
+    # than earlier runs' (``--stores``) would otherwise rebuild each earlier table in it
+    # from Kafka (its tables hold their offsets, so a new catalog starts from the earliest)
+    # and charge that work to this run's figures.
+    own_topics_only: bool = False
     command: str = field(default_factory=lambda: shlex.join(sys.argv))
 
 
@@ -458,7 +469,13 @@ def run_bench(settings: LocalSettings, options: BenchOptions, console: Console) 
     source = prepare_source(settings, demo, kind, log)
     kafka = KafkaSettings(bootstrap_servers=settings.bootstrap_servers)
     dead_before = end_offsets(kafka, DEAD_LETTER_TOPIC)
-    services = service_processes(settings, SERVICE_NAMES, source_topic_prefix=demo.topic_prefix)
+    extra_env: dict[str, dict[str, str]] = {}
+    if options.own_topics_only:
+        escaped = re.escape(f"{CHANGES_TOPIC_PREFIX}{source.names.schema}.")
+        extra_env["writer"] = {"ICEFJORD_WRITER_TOPIC_PATTERN": rf"^{escaped}[^.]+$"}
+    services = service_processes(
+        settings, SERVICE_NAMES, source_topic_prefix=demo.topic_prefix, extra_env=extra_env
+    )
     notes: list[str] = []
     build = normalizer_build(services)
     if build.startswith("plain CPython"):

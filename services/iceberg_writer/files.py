@@ -8,18 +8,22 @@ serves) configured from the properties of the table's own Java ``FileIO``, so th
 uses exactly the endpoint and credentials that Spark uses for the same table.
 
 Iceberg's metrics of each file (counts and bounds, which readers prune with and the
-upsert path's position bounds rely on) are read from its footer by the JVM: a local file
-through Parquet's plain configuration (:class:`_FooterMetrics`), any other through the
-table's ``FileIO``.
+upsert path's position bounds rely on) are read from its footer by the JVM through
+Parquet's plain configuration (:class:`_FooterMetrics`). A file for remote storage is
+written to a local scratch file first, its metrics read there, and then uploaded: reading
+them back from the store through the table's ``FileIO`` costs requests to the store and a
+Hadoop ``Configuration`` per file.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -105,6 +109,8 @@ class TableFiles:
     netloc: str
     directory: str
     """The data directory as ``fs`` names it (no scheme)."""
+    footers: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """Metrics of the remote files written through this object, read before the upload."""
 
     @classmethod
     def of(cls, jvm: Any, table: Any) -> TableFiles:
@@ -136,14 +142,22 @@ class TableFiles:
         """Write ``frame`` as Parquet to ``path``; return its size in bytes."""
         if self.local:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-        with self.fs.open_output_stream(path) as sink:
-            pq.write_table(frame, sink, compression=codec)
-            return int(sink.tell())
+            with self.fs.open_output_stream(path) as sink:
+                pq.write_table(frame, sink, compression=codec)
+                return int(sink.tell())
+        with tempfile.NamedTemporaryFile(suffix=".parquet") as scratch:
+            pq.write_table(frame, scratch.name, compression=codec)
+            self.footers[path] = _local_metrics(self.jvm, self.table, scratch.name)
+            with open(scratch.name, "rb") as source, self.fs.open_output_stream(path) as sink:
+                shutil.copyfileobj(source, sink, length=1 << 20)
+                return int(sink.tell())
 
     def metrics(self, path: str) -> Any:
         """Iceberg's metrics of the Parquet file ``path``, by the table's settings."""
         if self.local:
             return _local_metrics(self.jvm, self.table, path)
+        if path in self.footers:
+            return self.footers.pop(path)
         iceberg = self.jvm.org.apache.iceberg
         source = self.table.io().newInputFile(self.uri(path))
         return iceberg.parquet.ParquetUtil.fileMetrics(
