@@ -448,6 +448,7 @@ def test_cpu_roots_from_the_pid_files(tmp_path: Path) -> None:
     run = settings.state / "run"
     run.mkdir(parents=True)
     (run / "kafka.pid").write_text("11")
+    (run / "s3.pid").write_text("22")
     (run / "service-writer.pid").write_text("44")
     data = settings.postgres_home / "data"
     data.mkdir(parents=True)
@@ -459,6 +460,7 @@ def test_cpu_roots_from_the_pid_files(tmp_path: Path) -> None:
         "Kafka broker": Root(11, "session"),
         "schema registry": None,
         "Kafka Connect (Debezium)": None,
+        "S3 server (SeaweedFS)": Root(22, "session"),
         "normalizer service": None,
         "writer service + Spark JVM": Root(44, "session"),
         BENCH_CLIENT: Root(os.getpid(), "process"),
