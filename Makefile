@@ -13,6 +13,10 @@ S3_SUITE := tests/integration/test_writer.py \
 	tests/integration/test_maintainer_service.py \
 	tests/integration/test_demo_e2e.py::test_iceberg_equals_the_source_after_kills_and_a_broker_restart \
 	tests/integration/test_local_stack.py
+# Run again with Kafka's client listener SASL_SSL and the registry behind HTTPS with basic
+# auth: the refusals, the command lines, and one short demo through Debezium and the services.
+SECURE_SUITE := tests/integration/test_security.py \
+	tests/integration/test_demo_e2e.py::test_the_secured_stack_gives_the_same_proof
 
 .DEFAULT_GOAL := help
 
@@ -63,13 +67,17 @@ lint: install ## ruff and mypy --strict
 	$(BIN)/mypy --strict deploy/docker/lock.py
 	PATH="$(CURDIR)/$(BIN):$$PATH" deploy/validate/run.sh
 
-test: install ## Lint, then unit, integration and e2e tests against a real local stack started for the run, then the S3 suite
+test: install ## Lint, then unit, integration and e2e tests against a real local stack started for the run, then the S3 and the secured suites
 	$(MAKE) lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 	$(MAKE) test-s3
+	$(MAKE) test-secure
 
 test-s3: install ## The stack's, writer's, maintainer's and fault tests with the warehouse on S3 (SeaweedFS) and the catalog in PostgreSQL
 	ICEFJORD_TEST_STORAGE=s3 $(BIN)/pytest $(PYTEST_ARGS) $(S3_SUITE)
+
+test-secure: install ## Kafka over SASL_SSL and the registry over HTTPS with basic auth: refusals, no secret on a command line, a short demo proven equal
+	ICEFJORD_TEST_SECURITY=sasl_ssl $(BIN)/pytest $(PYTEST_ARGS) $(SECURE_SUITE)
 
 test-e2e: install ## The demo under faults: kill -9 every service, restart Kafka, prove tables equal
 	$(BIN)/pytest -m e2e $(PYTEST_ARGS)
@@ -80,4 +88,4 @@ test-unit: install ## Unit tests only (no external process)
 clean: down ## Stop the stack and delete its local state (.icefjord/)
 	rm -rf .icefjord
 
-.PHONY: help install up down status demo bench compiled bench-normalize lint test test-s3 test-e2e test-unit clean
+.PHONY: help install up down status demo bench compiled bench-normalize lint test test-s3 test-secure test-e2e test-unit clean

@@ -7,6 +7,7 @@ passed down; no other module reads the environment.
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
 from typing import Any, Literal
 
@@ -65,14 +66,35 @@ class RegistrySettings(BaseModel):
     """A Confluent-compatible Schema Registry (Apicurio's ``/apis/ccompat/v7`` or Confluent's)."""
 
     url: str = "http://127.0.0.1:8081/apis/ccompat/v7"
-    basic_auth_user_info: SecretStr | None = None
+    basic_auth_user_info: SecretStr | None = Field(
+        default=None, description="<user>:<password> for HTTP basic auth."
+    )
+    ssl_ca_location: str | None = Field(
+        default=None,
+        description="PEM file of the CA(s) an https registry's certificate is checked "
+        "against; None: the system's.",
+    )
 
     def client_config(self) -> dict[str, Any]:
         """Configuration for ``confluent_kafka.schema_registry.SchemaRegistryClient``."""
         config: dict[str, Any] = {"url": self.url}
         if self.basic_auth_user_info is not None:
             config["basic.auth.user.info"] = self.basic_auth_user_info.get_secret_value()
+        if self.ssl_ca_location is not None:
+            config["ssl.ca.location"] = self.ssl_ca_location
         return config
+
+    def basic_auth(self) -> tuple[str, str] | None:
+        """``(user, password)`` for HTTP clients other than confluent_kafka's; None without."""
+        if self.basic_auth_user_info is None:
+            return None
+        user, _, password = self.basic_auth_user_info.get_secret_value().partition(":")
+        return user, password
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """What an HTTP client other than confluent_kafka's verifies the registry with: the
+        CAs of ``ssl_ca_location``, else the system's."""
+        return ssl.create_default_context(cafile=self.ssl_ca_location)
 
 
 class MetricsSettings(BaseModel):

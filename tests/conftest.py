@@ -16,7 +16,7 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from harness import Stack, free_port
@@ -53,19 +53,28 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         kafka_controller_port=free_port(),
         registry_port=free_port(),
         **_storage_settings(os.environ.get("ICEFJORD_TEST_STORAGE", "file")),
+        security=_security_setting(os.environ.get("ICEFJORD_TEST_SECURITY", "none")),
     )
     local = LocalStack(settings)
     try:
         report = local.up(progress=lambda message: None)
         print(f"\nlocal stack healthy in {report.seconds:.1f} s under {state}")
         yield Stack(
-            kafka=KafkaSettings(bootstrap_servers=settings.bootstrap_servers),
-            registry=RegistrySettings(url=settings.registry_url),
+            kafka=settings.kafka_settings(),
+            registry=settings.registry_settings(),
             catalog=CatalogSettings(name=settings.catalog_name, local_state_dir=state),
             local=local,
         )
     finally:
         local.down()
+
+
+def _security_setting(security: str) -> Literal["none", "sasl_ssl"]:
+    """``ICEFJORD_TEST_SECURITY=sasl_ssl``: Kafka's client listener SASL_SSL, the registry
+    behind HTTPS with basic auth (``make test-secure``)."""
+    if security == "none" or security == "sasl_ssl":
+        return security
+    raise pytest.UsageError(f"ICEFJORD_TEST_SECURITY={security!r}: use none or sasl_ssl")
 
 
 def _storage_settings(storage: str) -> dict[str, Any]:

@@ -126,3 +126,25 @@ class LostOnce(GroupMembership):
             self.fired = True
             return True
         return super().lost(consumer)
+
+
+def stack_secrets(settings: LocalSettings) -> list[str]:
+    """Every password of the stack, as it would appear on a command line."""
+    secrets = settings.security_files.secrets()
+    return [
+        secret.get_secret_value()
+        for secret in (secrets.store_password, secrets.kafka_password, secrets.registry_password)
+    ]
+
+
+def command_lines_with(needles: list[str]) -> list[str]:
+    """The command lines of this machine's processes that contain one of ``needles``."""
+    found = []
+    for path in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            arguments = path.read_bytes().decode(errors="replace").replace("\0", " ")
+        except OSError:
+            continue  # exited while listed
+        if any(needle in arguments for needle in needles):
+            found.append(f"{path.parent.name}: {arguments[:300]}")
+    return found

@@ -54,12 +54,7 @@ from icefjord.local.processes import ManagedProcess
 from icefjord.local.services import SERVICE_NAMES, ServiceProcess, service_processes
 from icefjord.local.settings import LocalSettings
 from icefjord.local.stack import LocalStack
-from shared.settings import (
-    CHANGES_TOPIC_PREFIX,
-    DEAD_LETTER_TOPIC,
-    CatalogSettings,
-    KafkaSettings,
-)
+from shared.settings import CHANGES_TOPIC_PREFIX, DEAD_LETTER_TOPIC, CatalogSettings
 
 SCHEMA_BASE = "bench_e2e"
 BENCH_CLIENT = "bench client (workload, sampling)"
@@ -467,7 +462,7 @@ def run_bench(settings: LocalSettings, options: BenchOptions, console: Console) 
     kind = pick_source(settings, options.source, console)
     demo = DemoOptions(source=options.source, schema_base=SCHEMA_BASE)
     source = prepare_source(settings, demo, kind, log)
-    kafka = KafkaSettings(bootstrap_servers=settings.bootstrap_servers)
+    kafka = settings.kafka_settings()
     dead_before = end_offsets(kafka, DEAD_LETTER_TOPIC)
     extra_env: dict[str, dict[str, str]] = {}
     if options.own_topics_only:

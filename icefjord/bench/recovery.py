@@ -138,13 +138,13 @@ def bench_recovery(
     from shared.catalog import open_catalog
     from shared.kafka import TopicRequest, ensure_topics, make_admin, make_producer
     from shared.registry import make_registry_client
-    from shared.settings import CatalogSettings, KafkaSettings, RegistrySettings
+    from shared.settings import CatalogSettings
 
     watcher, writer = service_processes(local, ["watcher", "writer"])
     start_services([watcher, writer], local.start_timeout_s, progress)
     settings = WriterSettings(
-        kafka=KafkaSettings(bootstrap_servers=local.bootstrap_servers),
-        registry=RegistrySettings(url=local.registry_url),
+        kafka=local.kafka_settings(),
+        registry=local.registry_settings(),
         catalog=CatalogSettings(name=local.catalog_name, local_state_dir=local.state),
         topic_replication_factor=1,
         metrics={"port": 0},

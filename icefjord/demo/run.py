@@ -53,7 +53,7 @@ from icefjord.local.services import SERVICE_NAMES, ServiceProcess, installed, se
 from icefjord.local.settings import LocalSettings
 from icefjord.local.stack import LocalStack
 from shared.errors import IcefjordError
-from shared.settings import DEAD_LETTER_TOPIC, CatalogSettings, KafkaSettings
+from shared.settings import DEAD_LETTER_TOPIC, CatalogSettings
 
 SourceChoice = Literal["auto", "postgres", "generator"]
 
@@ -152,11 +152,7 @@ def _taken_schemas(
         CatalogSettings(name=settings.catalog_name, local_state_dir=settings.state)
     )
     taken |= {ns[0] for ns in catalog.list_namespaces() if ns}
-    topics = (
-        make_admin(KafkaSettings(bootstrap_servers=settings.bootstrap_servers))
-        .list_topics(timeout=10)
-        .topics
-    )
+    topics = make_admin(settings.kafka_settings()).list_topics(timeout=10).topics
     for topic in topics:
         parts = topic.split(".")
         if len(parts) == 3 and parts[0] == topic_prefix:
@@ -235,7 +231,7 @@ def run_demo(settings: LocalSettings, options: DemoOptions, console: Console) ->
     LocalStack(settings).up(log)
     kind = pick_source(settings, options.source, console)
     source = prepare_source(settings, options, kind, log)
-    kafka = KafkaSettings(bootstrap_servers=settings.bootstrap_servers)
+    kafka = settings.kafka_settings()
     dead_letters_before = end_offsets(kafka, options.dead_letter_topic)
     services = service_processes(
         settings,
@@ -443,7 +439,7 @@ def where_stalled(
         namespace, _, name = table.rpartition(".")
         changes[table] = changes_topic(TableId(namespace, name))
     lines += stall_report(
-        KafkaSettings(bootstrap_servers=settings.bootstrap_servers),
+        settings.kafka_settings(),
         catalog,
         source_pattern=setting(
             "normalizer",

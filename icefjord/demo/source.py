@@ -26,7 +26,6 @@ from icefjord.local.connect import debezium_postgres_config as connector_config
 from icefjord.local.postgres import PostgresCluster
 from icefjord.local.settings import LocalSettings
 from shared.kafka import TopicRequest, ensure_topics, make_admin
-from shared.settings import KafkaSettings
 
 if TYPE_CHECKING:
     import psycopg
@@ -237,7 +236,7 @@ class PostgresDemoSource:
         rebalances in a row (Connect creates the topic, the normalizer finds it and creates
         the changes topic, the writer finds that)."""
         ensure_topics(
-            make_admin(KafkaSettings(bootstrap_servers=self.settings.bootstrap_servers)),
+            make_admin(self.settings.kafka_settings()),
             self.capture_topics(tables, config),
         )
         self.connect.register(self.names.connector, dict(config))
@@ -270,12 +269,12 @@ class PostgresDemoSource:
         from shared.control import ControlPublisher
         from shared.kafka import make_producer
         from shared.registry import make_registry_client
-        from shared.settings import CONTROL_TOPIC, RegistrySettings
+        from shared.settings import CONTROL_TOPIC
 
         names = self.names
         config = {**self.connector_config(), **snapshot_overrides(names.schema, tables)}
-        kafka = KafkaSettings(bootstrap_servers=self.settings.bootstrap_servers)
-        registry = make_registry_client(RegistrySettings(url=self.settings.registry_url))
+        kafka = self.settings.kafka_settings()
+        registry = make_registry_client(self.settings.registry_settings())
         publisher = ControlPublisher(make_producer(kafka), AvroCodec(registry), CONTROL_TOPIC)
         errors: list[BaseException] = []
         worker: threading.Thread | None = None
@@ -364,9 +363,7 @@ class GeneratedDemoSource:
     def __init__(self, settings: LocalSettings, names: SourceNames) -> None:
         self.names = names
         encoder = EnvelopeEncoder(names.topic_prefix, settings.postgres_database, names.schema)
-        self.workload = GeneratorWorkload(
-            KafkaSettings(bootstrap_servers=settings.bootstrap_servers), encoder
-        )
+        self.workload = GeneratorWorkload(settings.kafka_settings(), encoder)
 
     @property
     def progress(self) -> WorkloadProgress:

@@ -17,7 +17,9 @@ from typing import Protocol
 
 from icefjord.local.artifacts import Dist
 from icefjord.local.processes import ManagedProcess
+from icefjord.local.security import SecurityError, jaas_plain
 from icefjord.local.settings import LocalSettings
+from shared.settings import RegistrySettings
 
 KAFKA_LOG4J = """\
 log4j.rootLogger=INFO, stdout
@@ -86,30 +88,13 @@ class KafkaBroker:
         return self.settings.bootstrap_servers
 
     def _write_config(self) -> Path:
-        s = self.settings
         self.home.mkdir(parents=True, exist_ok=True)
         config = self.home / "server.properties"
+        # Mode 600 before anything is written: with security on it holds the passwords.
+        config.touch(mode=0o600, exist_ok=True)
+        config.chmod(0o600)
         config.write_text(
-            "\n".join(
-                [
-                    "process.roles=broker,controller",
-                    "node.id=1",
-                    f"controller.quorum.voters=1@{s.host}:{s.kafka_controller_port}",
-                    f"listeners=PLAINTEXT://{s.host}:{s.kafka_port},"
-                    f"CONTROLLER://{s.host}:{s.kafka_controller_port}",
-                    f"advertised.listeners=PLAINTEXT://{s.host}:{s.kafka_port}",
-                    "controller.listener.names=CONTROLLER",
-                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-                    f"log.dirs={self.home / 'data'}",
-                    "num.partitions=1",
-                    "offsets.topic.replication.factor=1",
-                    "transaction.state.log.replication.factor=1",
-                    "transaction.state.log.min.isr=1",
-                    "group.initial.rebalance.delay.ms=0",
-                    "auto.create.topics.enable=false",
-                    "",
-                ]
-            )
+            "".join(f"{key}={value}\n" for key, value in broker_properties(self.settings).items())
         )
         (self.home / "log4j.properties").write_text(KAFKA_LOG4J)
         return config
@@ -158,7 +143,10 @@ class KafkaBroker:
         from confluent_kafka.admin import AdminClient
 
         try:
-            metadata = AdminClient({"bootstrap.servers": self.address()}).list_topics(timeout=3)
+            client = AdminClient(s.kafka_settings("icefjord-local-check").client_config())
+            metadata = client.list_topics(timeout=3)
+        except SecurityError as exc:
+            return Health(self.name, self.address(), False, f"stopped ({exc})")
         except Exception as exc:  # any client error means not healthy yet
             return Health(self.name, self.address(), False, f"no metadata: {exc}")
         topics = [t for t in metadata.topics if not t.startswith("__")]
@@ -166,6 +154,55 @@ class KafkaBroker:
 
     def log_tail(self) -> str:
         return self.process.tail()
+
+
+def broker_properties(settings: LocalSettings) -> dict[str, str]:
+    """The broker's ``server.properties``. The controller listener stays PLAINTEXT on the
+    stack's host (only the node itself speaks to it); with security on, the client listener
+    on ``kafka_port`` is SASL_SSL with PLAIN, and the broker talks to itself through it.
+
+    PLAIN rather than SCRAM: its users are part of this file (mode 600), while a SCRAM user
+    of KRaft is created by ``kafka-storage format --add-scram`` with the password as an
+    argument, readable in /proc by every user while it runs; under TLS, PLAIN sends
+    nothing readable either."""
+    s = settings
+    client = "SASL_SSL" if s.secured else "PLAINTEXT"
+    properties = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@{s.host}:{s.kafka_controller_port}",
+        "listeners": f"{client}://{s.host}:{s.kafka_port},"
+        f"CONTROLLER://{s.host}:{s.kafka_controller_port}",
+        "advertised.listeners": f"{client}://{s.host}:{s.kafka_port}",
+        "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": f"{client}:{client},CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": client,
+        "log.dirs": str(s.state / "kafka" / "data"),
+        "num.partitions": "1",
+        "offsets.topic.replication.factor": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        "auto.create.topics.enable": "false",
+    }
+    if s.secured:
+        files = s.security_files
+        secrets = files.secrets()
+        store_password = secrets.store_password.get_secret_value()
+        properties |= {
+            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": jaas_plain(
+                s.kafka_user, secrets.kafka_password, server=True
+            ),
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.location": str(files.keystore),
+            "ssl.keystore.password": store_password,
+            "ssl.key.password": store_password,
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(files.ca_pem),
+        }
+    return properties
 
 
 def _new_cluster_id() -> str:
@@ -205,12 +242,22 @@ class ApicurioRegistry:
         # hook closes the store. A schema registered just before `down` was lost once (CI,
         # under load) with H2's default of batching writes for up to a second.
         db_url = f"jdbc:h2:file:{self.home / 'registry'};WRITE_DELAY=0"
+        # Quarkus reads config/application.properties in the working directory: the
+        # settings that carry secrets go there (mode 600), never on the command line.
+        config = self.home / "config" / "application.properties"
+        config.parent.mkdir(exist_ok=True)
+        config.touch(mode=0o600, exist_ok=True)
+        config.chmod(0o600)
+        config.write_text(
+            "".join(f"{key}={value}\n" for key, value in registry_properties(s).items())
+        )
+        port = "ssl-port" if s.secured else "port"
         self.process.start(
             [
                 _java(),
                 f"-Xmx{s.registry_heap}",
                 f"-Dquarkus.http.host={s.host}",
-                f"-Dquarkus.http.port={s.registry_port}",
+                f"-Dquarkus.http.{port}={s.registry_port}",
                 "-Dquarkus.http.access-log.enabled=false",
                 "-Dapicurio.storage.kind=sql",
                 "-Dapicurio.storage.sql.kind=h2",
@@ -219,7 +266,8 @@ class ApicurioRegistry:
                 "-Dapicurio.datasource.password=sa",
                 "-jar",
                 str(self.dist.apicurio_jar),
-            ]
+            ],
+            cwd=self.home,
         )
 
     def stop(self) -> bool:
@@ -228,8 +276,16 @@ class ApicurioRegistry:
     def check(self) -> Health:
         url = f"{self.address()}/subjects"
         try:
-            with urllib.request.urlopen(url, timeout=3) as response:
+            registry = self.settings.registry_settings()
+            request = urllib.request.Request(url, headers=basic_auth_header(registry))
+            context = registry.ssl_context() if self.settings.secured else None
+            with urllib.request.urlopen(request, timeout=3, context=context) as response:
                 body = response.read().decode()
+        except SecurityError as exc:
+            return Health(self.name, self.address(), False, f"stopped ({exc})")
+        except urllib.error.HTTPError as exc:
+            # Credentials refused: the stack's secrets changed under a running registry.
+            return Health(self.name, self.address(), False, f"HTTP {exc.code} {exc.reason}")
         except (OSError, http.client.HTTPException) as exc:
             running = self.process.pid() is not None
             detail = "starting" if running else f"stopped ({getattr(exc, 'reason', exc)})"
@@ -239,6 +295,45 @@ class ApicurioRegistry:
 
     def log_tail(self) -> str:
         return self.process.tail()
+
+
+def registry_properties(settings: LocalSettings) -> dict[str, str]:
+    """The registry's ``config/application.properties``: nothing without security; with
+    it, HTTPS only, on ``registry_port``, with the stack's certificate, and HTTP basic auth
+    against Quarkus' embedded users realm (one user, the stack's) for every path.
+
+    Apicurio's own authentication (``apicurio.authn.*``) needs an OpenID Connect server
+    even for basic auth (it trades the credentials for a token); Quarkus' properties-file
+    realm is part of Apicurio's build and its users are runtime settings."""
+    if not settings.secured:
+        return {}
+    files = settings.security_files
+    secrets = files.secrets()
+    user = settings.registry_user
+    store_password = secrets.store_password.get_secret_value()
+    return {
+        "quarkus.http.insecure-requests": "disabled",
+        "quarkus.http.ssl.certificate.key-store-file": str(files.keystore),
+        "quarkus.http.ssl.certificate.key-store-file-type": "PKCS12",
+        "quarkus.http.ssl.certificate.key-store-password": store_password,
+        "quarkus.http.auth.basic": "true",
+        "quarkus.security.users.embedded.enabled": "true",
+        "quarkus.security.users.embedded.plain-text": "true",
+        f"quarkus.security.users.embedded.users.{user}": (
+            secrets.registry_password.get_secret_value()
+        ),
+        f"quarkus.security.users.embedded.roles.{user}": "sr-admin",
+        "quarkus.http.auth.permission.authenticated.paths": "/*",
+        "quarkus.http.auth.permission.authenticated.policy": "authenticated",
+    }
+
+
+def basic_auth_header(registry: RegistrySettings) -> dict[str, str]:
+    """The ``Authorization`` header for ``registry``'s basic auth; empty without."""
+    if registry.basic_auth_user_info is None:
+        return {}
+    token = base64.b64encode(registry.basic_auth_user_info.get_secret_value().encode())
+    return {"Authorization": f"Basic {token.decode()}"}
 
 
 class IcebergCatalog:

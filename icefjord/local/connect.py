@@ -130,7 +130,17 @@ class KafkaConnect:
         """The worker configuration (internal topics named after the group id)."""
         s = self.settings
         assert self.dist is not None, "Connect artifacts not resolved"
+        # The worker's own clients take the unprefixed settings; the connectors' producers
+        # and consumers, and their admin clients, only the prefixed ones.
+        security = s.kafka_java_client_properties()
+        prefixed = {
+            f"{prefix}{key}": value
+            for prefix in ("producer.", "consumer.", "admin.")
+            for key, value in security.items()
+        }
         return {
+            **security,
+            **prefixed,
             "bootstrap.servers": s.bootstrap_servers,
             "group.id": self.group_id,
             "config.storage.topic": f"{self.group_id}-configs",
@@ -173,6 +183,9 @@ class KafkaConnect:
         assert self.dist is not None, "Connect artifacts not resolved"
         self.home.mkdir(parents=True, exist_ok=True)
         config = self.home / "connect-distributed.properties"
+        # Mode 600 before anything is written: with security on it holds the Kafka password.
+        config.touch(mode=0o600, exist_ok=True)
+        config.chmod(0o600)
         config.write_text(
             "".join(f"{key}={value}\n" for key, value in self.worker_properties().items())
         )

@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import SecretStr
+
 from icefjord.local.artifacts import LOCALFS_CLASS, localfs_jar_for
 from icefjord.local.compiled import checkout_root, compiled_build
 from icefjord.local.components import Health
@@ -101,8 +103,7 @@ def service_env(
     """
     p = spec.env_prefix
     env = {
-        f"{p}KAFKA__BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-        f"{p}REGISTRY__URL": settings.registry_url,
+        **client_env(p, settings),
         f"{p}METRICS__HOST": settings.host,
         f"{p}METRICS__PORT": str(getattr(settings, spec.port_setting)),
         f"{p}LOG_FORMAT": "json",
@@ -124,6 +125,30 @@ def service_env(
         env[f"{p}INCLUDE_PATTERN"] = rf"^{escaped}\.[^.]+\.[^.]+$"
     env.update(extra or {})
     return env
+
+
+def client_env(prefix: str, settings: LocalSettings) -> dict[str, str]:
+    """The stack's Kafka and registry as a service's settings (``<prefix>KAFKA__*``,
+    ``<prefix>REGISTRY__*``), passwords included: in its environment, which only its own
+    user can read, never in its arguments."""
+    kafka = settings.kafka_settings()
+    registry = settings.registry_settings()
+    values: dict[str, str | SecretStr | None] = {
+        "KAFKA__BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
+        "KAFKA__SECURITY_PROTOCOL": kafka.security_protocol,
+        "KAFKA__SASL_MECHANISM": kafka.sasl_mechanism,
+        "KAFKA__SASL_USERNAME": kafka.sasl_username,
+        "KAFKA__SASL_PASSWORD": kafka.sasl_password,
+        "KAFKA__SSL_CA_LOCATION": kafka.ssl_ca_location,
+        "REGISTRY__URL": registry.url,
+        "REGISTRY__BASIC_AUTH_USER_INFO": registry.basic_auth_user_info,
+        "REGISTRY__SSL_CA_LOCATION": registry.ssl_ca_location,
+    }
+    return {
+        prefix + key: value.get_secret_value() if isinstance(value, SecretStr) else value
+        for key, value in values.items()
+        if value is not None
+    }
 
 
 def localfs_env(spec: ServiceSpec, settings: LocalSettings) -> dict[str, str]:

@@ -9,6 +9,9 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from icefjord.local.security import SecurityFiles, jaas_plain
+from shared.settings import KafkaSettings, RegistrySettings
+
 
 def _default_cache() -> Path:
     return Path.home() / ".cache" / "icefjord"
@@ -35,6 +38,14 @@ class LocalSettings(BaseSettings):
     kafka_heap: str = "512m"
     registry_heap: str = "512m"
     start_timeout_s: float = 120.0
+    # sasl_ssl: Kafka's client listener is SASL_SSL (PLAIN) and the registry serves HTTPS
+    # with basic auth, with a CA, certificate and passwords of this state directory
+    # (icefjord/local/security.py, docs/security.md).
+    security: Literal["none", "sasl_ssl"] = Field(
+        default="none", description="none: plaintext Kafka and HTTP registry; sasl_ssl."
+    )
+    kafka_user: str = "icefjord"
+    registry_user: str = "icefjord"
     catalog_name: str = "icefjord"
     # Where tables live and which catalog lists them. The defaults start in seconds with
     # nothing to build; `s3` builds SeaweedFS once (about 10 CPU minutes, cached) and runs
@@ -110,7 +121,59 @@ class LocalSettings(BaseSettings):
 
     @property
     def registry_url(self) -> str:
-        return f"http://{self.host}:{self.registry_port}/apis/ccompat/v7"
+        scheme = "https" if self.secured else "http"
+        return f"{scheme}://{self.host}:{self.registry_port}/apis/ccompat/v7"
+
+    @property
+    def secured(self) -> bool:
+        return self.security == "sasl_ssl"
+
+    @property
+    def security_files(self) -> SecurityFiles:
+        return SecurityFiles(self.state / "security")
+
+    def kafka_settings(self, client_id: str = "icefjord") -> KafkaSettings:
+        """How a client reaches this stack's broker: the one way the CLI, the demo, the
+        benchmarks and the tests build theirs. With security on, SASL_SSL as the stack's
+        user, trusting the stack's CA (raises SecurityError before the first ``up``)."""
+        if not self.secured:
+            return KafkaSettings(bootstrap_servers=self.bootstrap_servers, client_id=client_id)
+        files = self.security_files
+        return KafkaSettings(
+            bootstrap_servers=self.bootstrap_servers,
+            client_id=client_id,
+            security_protocol="SASL_SSL",
+            sasl_mechanism="PLAIN",
+            sasl_username=self.kafka_user,
+            sasl_password=files.secrets().kafka_password,
+            ssl_ca_location=str(files.ca_pem),
+        )
+
+    def registry_settings(self) -> RegistrySettings:
+        """How a client reaches this stack's registry (HTTPS and basic auth when secured)."""
+        if not self.secured:
+            return RegistrySettings(url=self.registry_url)
+        files = self.security_files
+        password = files.secrets().registry_password.get_secret_value()
+        return RegistrySettings(
+            url=self.registry_url,
+            basic_auth_user_info=SecretStr(f"{self.registry_user}:{password}"),
+            ssl_ca_location=str(files.ca_pem),
+        )
+
+    def kafka_java_client_properties(self) -> dict[str, str]:
+        """The same as :meth:`kafka_settings` for a Java client (Kafka Connect's worker and
+        its producers, consumers and admin clients); empty when security is off."""
+        if not self.secured:
+            return {}
+        files = self.security_files
+        return {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "PLAIN",
+            "sasl.jaas.config": jaas_plain(self.kafka_user, files.secrets().kafka_password),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(files.ca_pem),
+        }
 
     @property
     def postgres_home(self) -> Path:

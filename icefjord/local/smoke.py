@@ -110,8 +110,8 @@ def iceberg_round_trip(catalog: CatalogSettings) -> str:
 
 def run_smoke(settings: LocalSettings, report: Callable[[Check], None]) -> list[Check]:
     """Run every check against the local stack of ``settings``; report each as it ends."""
-    kafka = KafkaSettings(bootstrap_servers=settings.bootstrap_servers)
-    registry = RegistrySettings(url=settings.registry_url)
+    kafka = settings.kafka_settings()
+    registry = settings.registry_settings()
     catalog = CatalogSettings(name=settings.catalog_name, local_state_dir=settings.state)
     checks = []
     for component, what, action in (

@@ -20,6 +20,7 @@ from icefjord.local.components import (
 from icefjord.local.connect import KafkaConnect
 from icefjord.local.objectstore import ObjectStore, ObjectStoreError, ensure_weed
 from icefjord.local.postgres import PostgresCluster
+from icefjord.local.security import SecurityError
 from icefjord.local.services import service_processes
 from icefjord.local.settings import LocalSettings
 from shared.errors import IcefjordError
@@ -86,6 +87,13 @@ class LocalStack:
                 ensure_weed(self.settings, progress)
             except ObjectStoreError as exc:
                 raise StartError(f"s3 could not be built: {exc}") from exc
+        if self.settings.secured:
+            files = self.settings.security_files
+            try:
+                if files.ensure(self.settings.host):
+                    progress(f"made a CA, a certificate and passwords in {files.home}")
+            except SecurityError as exc:
+                raise StartError(f"security: {exc}") from exc
         started: list[str] = []
         already: list[str] = []
         components = self.components(dist)

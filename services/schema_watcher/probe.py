@@ -15,6 +15,7 @@ there the watcher polls every interval, as before.
 from __future__ import annotations
 
 import re
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,9 +39,12 @@ class NewestVersionProbe:
         auth: tuple[str, str] | None = None,
         timeout_s: float = 2.0,
         transport: httpx.BaseTransport | None = None,
+        verify: ssl.SSLContext | bool = True,
     ):
         self.url = url
-        self._client = httpx.Client(auth=auth, timeout=timeout_s, transport=transport)
+        self._client = httpx.Client(
+            auth=auth, timeout=timeout_s, transport=transport, verify=verify
+        )
 
     @classmethod
     def for_registry(
@@ -50,12 +54,8 @@ class NewestVersionProbe:
         match = _CCOMPAT.fullmatch(settings.url.rstrip("/"))
         if match is None:
             return None
-        auth = None
-        if settings.basic_auth_user_info is not None:
-            user, _, password = settings.basic_auth_user_info.get_secret_value().partition(":")
-            auth = (user, password)
         url = f"{match['base']}/apis/registry/v3/search/versions"
-        return cls(url, auth, transport=transport)
+        return cls(url, settings.basic_auth(), transport=transport, verify=settings.ssl_context())
 
     def newest(self) -> int | None:
         """The newest version's global id (0 while there is none); None when the registry

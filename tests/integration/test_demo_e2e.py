@@ -17,11 +17,13 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from harness import Stack, own_pipeline
+from harness import Stack, command_lines_with, own_pipeline, stack_secrets
 from rich.console import Console
 
 from icefjord.demo.plan import WorkloadSpec
 from icefjord.demo.run import DemoOptions, DemoResult, print_summary, run_demo
+from icefjord.local.connect import KafkaConnect
+from icefjord.local.services import service_processes
 from icefjord.local.settings import LocalSettings
 
 PIPELINE = (
@@ -192,4 +194,30 @@ def test_the_generator_source_gives_the_same_proof(e2e_settings: LocalSettings) 
     )
     result, transcript = _run(e2e_settings, options)
     assert result.source == "generator"
+    _assert_proven(result, transcript, e2e_settings)
+
+
+@pytest.mark.timeout(1500)
+def test_the_secured_stack_gives_the_same_proof(e2e_settings: LocalSettings) -> None:
+    """Through SASL_SSL and the registry's HTTPS with basic auth (``make test-secure``):
+    Debezium's Connect worker, the four services and the demo's own clients. While they all
+    run, no password of the stack is on any process's command line."""
+    if not e2e_settings.secured:
+        pytest.skip("needs ICEFJORD_TEST_SECURITY=sasl_ssl (make test-secure)")
+    tag = uuid.uuid4().hex[:6]
+    options = DemoOptions(
+        workload=WorkloadSpec(rate=100, duration_s=40, initial_rows=300, seed=31),
+        schema=f"sec_{tag}",
+        topic_prefix=f"sec{tag}",
+        dead_letter_topic=f"deadletter_{tag}",
+        service_env={"normalizer": {"ICEFJORD_NORMALIZER_DEAD_LETTER_TOPIC": f"deadletter_{tag}"}},
+        catch_up_timeout_s=600,
+        stop_services=False,  # still running for the command lines below (own_pipeline stops them)
+    )
+    result, transcript = _run(e2e_settings, options)
+    running = [s.name for s in service_processes(e2e_settings) if s.running()]
+    assert running == ["normalizer", "watcher", "writer", "maintainer"]
+    if result.source == "postgres":
+        assert KafkaConnect(e2e_settings, None).running()
+    assert command_lines_with(stack_secrets(e2e_settings)) == []
     _assert_proven(result, transcript, e2e_settings)
