@@ -235,9 +235,6 @@ class ApicurioRegistry:
         assert self.dist is not None, "artifacts not resolved"
         s = self.settings
         self.home.mkdir(parents=True, exist_ok=True)
-        # WRITE_DELAY=0: every registry commit reaches the file at once. H2's default
-        # batches writes for up to a second, and a schema registered just before `down`
-        # was lost with it.
         # WRITE_DELAY=0: every registry commit reaches the file at once, and H2's own exit
         # hook closes the store. A schema registered just before `down` was lost once (CI,
         # under load) with H2's default of batching writes for up to a second.
