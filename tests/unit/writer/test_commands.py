@@ -96,8 +96,8 @@ class Writer:
         return self.view.is_paused(self.tables.get(name) or state(name))
 
     def gauge(self) -> float:
-        (sample,) = self.metrics.paused_tables.collect()[0].samples
-        return sample.value
+        (metric,) = self.metrics.paused_tables.collect()
+        return float(metric.samples[0].value)
 
 
 # -- the pause state ------------------------------------------------------------------------

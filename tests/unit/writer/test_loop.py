@@ -398,5 +398,5 @@ def test_a_clean_stop_commits_a_flushed_paused_table_and_fails_what_it_could_not
 
 
 def paused_gauge(metrics: WriterMetrics) -> float:
-    (sample,) = metrics.paused_tables.collect()[0].samples
-    return sample.value
+    (metric,) = metrics.paused_tables.collect()
+    return float(metric.samples[0].value)
