@@ -98,7 +98,7 @@ def publish_and_await(
             publisher.publish(event)
             publisher.flush(PUBLISH_TIMEOUT_S)
         except (IcefjordError, KafkaException, BufferError) as exc:
-            raise ControlUnreachableError(f"not published: {exc}") from None
+            raise ControlUnreachableError(str(exc)) from None
         if wait_s <= 0:
             return None
         reader = ControlReader(consumer, codec, topic)
