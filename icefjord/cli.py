@@ -12,11 +12,20 @@ from icefjord.local.components import Health
 from icefjord.local.settings import LocalSettings
 from icefjord.local.stack import LocalStack, StartError
 from services.cdc_normalizer.cli import normalize_command
-from services.maintainer.cli import control_app, table_app, tables_command
+from services.iceberg_writer.cli import register_control_commands as register_writer_commands
+from services.maintainer.cli import register_control_commands as register_maintainer_commands
+from services.maintainer.cli import table_app, tables_command
 from services.schema_watcher.cli import schema_app
 
 app = typer.Typer(help="Icefjord: Debezium change streams into fresh Apache Iceberg tables.")
 local_app = typer.Typer(help="The local stack: real Kafka, Apicurio Registry, Spark + Iceberg.")
+control_app = typer.Typer(
+    help="Publish operator commands and maintenance requests on the control topic.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+register_writer_commands(control_app)
+register_maintainer_commands(control_app)
 app.add_typer(local_app, name="local")
 app.add_typer(schema_app, name="schema")
 app.add_typer(bench_app, name="bench")

@@ -39,6 +39,8 @@ __all__ = [
     "MaintenanceStatus",
     "OperatorCommand",
     "OperatorCommandKind",
+    "OperatorCommandResult",
+    "OperatorCommandStatus",
     "SchemaChange",
     "SchemaOperation",
     "SchemaOperationKind",
@@ -100,6 +102,15 @@ class OperatorCommandKind(enum.StrEnum):
     FLUSH = "FLUSH"
 
 
+class OperatorCommandStatus(enum.StrEnum):
+    """How iceberg-writer answered an operator's command (``control_event`` v5). Unknown
+    symbols read as FAILED: never taken for success."""
+
+    APPLIED = "APPLIED"
+    NOT_LOADED = "NOT_LOADED"
+    FAILED = "FAILED"
+
+
 class BulkLoadStatus(enum.StrEnum):
     """Where one table's bulk load stands. No default: a stand-in would hold a table or
     release it without being asked."""
@@ -115,6 +126,7 @@ _E = TypeVar("_E", bound=enum.StrEnum)
 ENUM_FALLBACKS: Mapping[type[enum.StrEnum], enum.StrEnum] = {
     Verdict: Verdict.QUARANTINE,
     MaintenanceStatus: MaintenanceStatus.FAILED,
+    OperatorCommandStatus: OperatorCommandStatus.FAILED,
 }
 
 
@@ -436,6 +448,45 @@ class OperatorCommand:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class OperatorCommandResult:
+    """iceberg-writer's answer to the :class:`OperatorCommand` carried by the event
+    ``command_event_id`` (``control_event`` v5), published once the command took effect."""
+
+    AVRO_NAME: ClassVar[str] = f"{CONTROL_NAMESPACE}.OperatorCommandResult"
+
+    command_event_id: str
+    table: str
+    command: OperatorCommandKind
+    status: OperatorCommandStatus
+    tables: tuple[str, ...] = ()
+    records: int | None = None
+    message: str | None = None
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "command_event_id": self.command_event_id,
+            "table": self.table,
+            "command": self.command.value,
+            "status": self.status.value,
+            "tables": list(self.tables),
+            "records": self.records,
+            "message": self.message,
+        }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Self:
+        return cls(
+            command_event_id=record["command_event_id"],
+            table=record["table"],
+            command=_symbol(OperatorCommandKind, record["command"]),
+            status=_symbol(OperatorCommandStatus, record["status"]),
+            tables=tuple(record.get("tables") or ()),
+            records=record.get("records"),
+            message=record.get("message"),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BulkLoad:
     """One table's part of a bulk initial load (``control_event`` v3).
 
@@ -482,7 +533,13 @@ class BulkLoad:
 
 
 ControlPayload: TypeAlias = (
-    SchemaChange | CommitDone | MaintenanceRequest | MaintenanceResult | OperatorCommand | BulkLoad
+    SchemaChange
+    | CommitDone
+    | MaintenanceRequest
+    | MaintenanceResult
+    | OperatorCommand
+    | BulkLoad
+    | OperatorCommandResult
 )
 
 PAYLOAD_TYPES: Mapping[str, type[ControlPayload]] = {
@@ -494,6 +551,7 @@ PAYLOAD_TYPES: Mapping[str, type[ControlPayload]] = {
         MaintenanceResult,
         OperatorCommand,
         BulkLoad,
+        OperatorCommandResult,
     )
 }
 

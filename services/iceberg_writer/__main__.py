@@ -8,6 +8,7 @@ epoch took over.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import threading
 import time
@@ -23,6 +24,7 @@ from prometheus_client import CollectorRegistry
 from services.iceberg_writer.admission import SchemaAdmission
 from services.iceberg_writer.apply import BatchWriter
 from services.iceberg_writer.bulk import BulkLoads
+from services.iceberg_writer.commands import OperatorCommands
 from services.iceberg_writer.committer import CommitObserver, Committer
 from services.iceberg_writer.config import WriterSettings
 from services.iceberg_writer.control_view import ControlView
@@ -43,6 +45,7 @@ from shared.loop import run_loop
 from shared.registry import make_registry_client
 from shared.service import EXIT_BAD_SETTINGS, EXIT_FATAL, EXIT_OK, create_topics, serve_metrics
 from shared.service import service_main as _service_main
+from shared.settings import CHANGES_TOPIC_PREFIX
 from shared.spark import build_spark_session
 
 __all__ = [
@@ -123,14 +126,23 @@ def wire_writer(
     codec = AvroCodec(registry)
     tables: dict[str, TableState] = {}
     reader = ControlReader(control, codec, settings.control_topic)
-    view = ControlView(control, reader, admin, settings.control_topic, tables, metrics)
+    publisher = ControlPublisher(producer, codec, settings.control_topic)
+    pattern = re.compile(settings.topic_pattern)
+    commands = OperatorCommands(
+        tables,
+        publisher,
+        producer=settings.producer,
+        covers=lambda table: pattern.match(f"{CHANGES_TOPIC_PREFIX}{table}") is not None,
+        metrics=metrics,
+    )
+    view = ControlView(control, reader, admin, settings.control_topic, tables, metrics, commands)
     partitions = DataConsumer(data, view.is_paused, new_data)
     diversions = Diversions(producer, settings, metrics)
     committer = Committer(
         settings,
         store=store,
         batch_writer=batch_writer,
-        publisher=ControlPublisher(producer, codec, settings.control_topic),
+        publisher=publisher,
         flush_diversions=diversions.flush,
         published=view.commits_seen,
         metrics=metrics,
@@ -165,6 +177,7 @@ def wire_writer(
         tables=tables,
         partitions=partitions,
         control=view,
+        commands=commands,
         admission=admission,
         decoder=decoder,
         diversions=diversions,

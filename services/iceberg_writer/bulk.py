@@ -139,6 +139,8 @@ class BulkLoads:
             and state.bulk.status is BulkLoadStatus.READY
             # The table is created by its first change record, which is on its way.
             and state.table is not None
+            # An operator's pause holds the copy's commit too.
+            and not self._control.is_paused(state)
         ]
         done = self._committer.pool.run(lambda pair: self.commit_copy(*pair), ready)
         for (state, _), released in zip(ready, done, strict=True):

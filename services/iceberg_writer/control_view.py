@@ -1,10 +1,11 @@
 """The writer's view of the control topic: the schema plans announced, the CommitDone events
 already published, each table's newest bulk load, and the operators' pause, resume and flush
-commands.
+commands (kept and answered by :class:`~services.iceberg_writer.commands.OperatorCommands`).
 
 The topic is replayed to its end on start (:meth:`ControlView.replay`), then polled each
-round. Side effects on other parts (waking rows that wait for a plan, holding a table for a
-bulk load, pausing partitions) go through a :class:`ControlListener`.
+round. The replay rebuilds the operators' pauses but runs no FLUSH again. Side effects on
+other parts (waking rows that wait for a plan, holding a table for a bulk load, pausing
+partitions) go through a :class:`ControlListener`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Protocol
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from services.iceberg_writer.commands import OperatorCommands
 from services.iceberg_writer.metrics import WriterMetrics
 from services.iceberg_writer.state import TableState
 from shared.control import ControlReader
@@ -26,7 +28,6 @@ from shared.events import (
     CommitDone,
     ControlEvent,
     OperatorCommand,
-    OperatorCommandKind,
     SchemaChange,
 )
 from shared.kafka import last_stable_offsets
@@ -44,14 +45,15 @@ class ControlListener(Protocol):
         """A BulkLoad event for ``state``'s table arrived."""
 
     def pause_changed(self, state: TableState) -> None:
-        """An operator command changed ``state``'s paused or flush flag."""
+        """An operator's PAUSE or RESUME addressed ``state``'s table."""
 
 
 class ControlView:
     """Everything the control topic has said that the writer acts on.
 
-    ``tables`` is the writer's own map of table states (shared, not copied): commands and
-    events name tables, and only tables the writer already holds are acted on.
+    ``tables`` is the writer's own map of table states (shared, not copied): events name
+    tables, and only tables the writer already holds are acted on; ``commands`` keeps the
+    operators' commands, also for tables that appear later.
     """
 
     def __init__(
@@ -62,6 +64,7 @@ class ControlView:
         topic: str,
         tables: Mapping[str, TableState],
         metrics: WriterMetrics,
+        commands: OperatorCommands,
     ) -> None:
         self._consumer = consumer
         self._reader = reader
@@ -69,18 +72,19 @@ class ControlView:
         self._topic = topic
         self._tables = tables
         self._metrics = metrics
+        self.commands = commands
         self.listener: ControlListener | None = None
         self.announced: dict[str, dict[int, SchemaChange]] = {}
         self.commits_seen: set[str] = set()
         self.bulk_loads: dict[str, BulkLoad] = {}  # the newest BulkLoad event per table
-        self.paused_all = False
 
     def plan(self, table: str, schema_id: int) -> SchemaChange | None:
         """The announced SchemaChange to ``schema_id`` of ``table``, or None."""
         return self.announced.get(table, {}).get(schema_id)
 
     def is_paused(self, state: TableState) -> bool:
-        return state.paused or self.paused_all
+        """Whether an operator paused ``state``'s table (or every table)."""
+        return self.commands.is_paused(state.name)
 
     def close(self) -> None:
         """Close the control consumer."""
@@ -121,6 +125,7 @@ class ControlView:
                 position = self._consumer.position([TopicPartition(topic, p)])[0].offset
                 if position >= high:
                     done.add(p)
+        self.commands.count_paused()
         log.info(
             "control topic replayed", extra={"schema_plans": sum(map(len, self.announced.values()))}
         )
@@ -157,38 +162,17 @@ class ControlView:
                 self.listener.schema_announced(state)
         elif isinstance(payload, CommitDone):
             self.commits_seen.add(payload.commit_id)
-        elif isinstance(payload, OperatorCommand) and not replay:
-            self._on_command(payload)
+        elif isinstance(payload, OperatorCommand):
+            if replay:
+                self.commands.replayed(event, payload)
+            else:
+                self.commands.received(event, payload, self._pause_changed)
         elif isinstance(payload, BulkLoad):
             self.bulk_loads[payload.table] = payload
             state = self._tables.get(payload.table)
             if state is not None and self.listener is not None:
                 self.listener.bulk_load_seen(state)
 
-    def _on_command(self, command: OperatorCommand) -> None:
-        if command.all_tables:
-            targets = list(self._tables.values())
-        else:
-            targets = [self._tables[command.table]] if command.table in self._tables else []
-        if command.command is OperatorCommandKind.PAUSE and command.all_tables:
-            self.paused_all = True
-        if command.command is OperatorCommandKind.RESUME and command.all_tables:
-            self.paused_all = False
-        for state in targets:
-            if command.command is OperatorCommandKind.PAUSE:
-                state.paused = True
-            elif command.command is OperatorCommandKind.RESUME:
-                state.paused = False
-            elif command.command is OperatorCommandKind.FLUSH:
-                state.flush = True
-            if self.listener is not None:
-                self.listener.pause_changed(state)
-        log.info(
-            "operator command",
-            extra={
-                "command": command.command.value,
-                "table": command.table,
-                "by": command.requested_by,
-            },
-        )
-        self._metrics.paused_tables.set(sum(1 for s in self._tables.values() if self.is_paused(s)))
+    def _pause_changed(self, state: TableState) -> None:
+        if self.listener is not None:
+            self.listener.pause_changed(state)

@@ -42,8 +42,7 @@ class TableState:
     consumed: dict[TP, int] = field(default_factory=dict)
     committed: dict[TP, int] = field(default_factory=dict)
     checkpoint: Checkpoint | None = None
-    paused: bool = False
-    flush: bool = False
+    flush: bool = False  # an operator's FLUSH waits for the changes held now
     claimed: bool = False
     waits: dict[TP, tuple[int, int, float]] = field(default_factory=dict)  # offset, id, since
     expired_ids: set[int] = field(default_factory=set)

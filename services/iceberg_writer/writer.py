@@ -118,6 +118,18 @@ class Control(Protocol):
     def close(self) -> None: ...
 
 
+class Commands(Protocol):
+    """:class:`~services.iceberg_writer.commands.OperatorCommands`."""
+
+    def loaded(self, state: TableState) -> None: ...
+
+    def flushed(self) -> None: ...
+
+    def revoked(self, partitions: Iterable[tuple[str, int]]) -> None: ...
+
+    def stopped(self) -> None: ...
+
+
 class Admitter(Protocol):
     """:class:`~services.iceberg_writer.admission.SchemaAdmission`."""
 
@@ -180,6 +192,7 @@ class Writer:
         tables: dict[str, TableState],
         partitions: Partitions,
         control: Control,
+        commands: Commands,
         admission: Admitter,
         decoder: Decoder,
         diversions: Diverter,
@@ -195,6 +208,7 @@ class Writer:
         self.tables = tables
         self.partitions = partitions
         self.control = control
+        self.commands = commands
         self.admission = admission
         self.decoder = decoder
         self.diversions = diversions
@@ -311,6 +325,7 @@ class Writer:
             self.tables[name] = state
             self.admission.load(state)
             self.bulk.hold(state)
+            self.commands.loaded(state)
         return state
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -330,6 +345,7 @@ class Writer:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Uncommitted work is dropped: it is read again from the table's checkpoint.
+        self.commands.revoked((tp.topic, tp.partition) for tp in partitions)
         for tp in partitions:
             state = self.tables.get(table_of(tp.topic))
             if state is None:
@@ -395,7 +411,6 @@ class Writer:
                 continue
             if state.clock.should_close(now, len(state.pending), state.flush):
                 due.append(state)
-            state.flush = False
         if any(not state.control_synced for state in due):
             # A BulkLoad PLANNED is published before the table's first change exists, so
             # once the control topic is read to its end, a table's first commit cannot
@@ -403,10 +418,16 @@ class Writer:
             self.control.read_to_end()
             for state in due:
                 state.control_synced = True
-            due = [state for state in due if state.bulk is None]
+            # A PAUSE read just now holds too: once answered, no commit may follow it.
+            due = [
+                state
+                for state in due
+                if state.bulk is None and (state.flush or not self.control.is_paused(state))
+            ]
         if due:
             take_waiting(self._data, due, self._on_message)
         self.committer.commit_all(due)
+        self.commands.flushed()
         if now - self._last_lag > 5:
             self._update_lag()
             self._last_lag = now
@@ -456,15 +477,18 @@ class Writer:
     # -- stop and progress ----------------------------------------------------------------
 
     def flush_all(self) -> None:
-        """Commit every table's pending changes (used on a clean stop)."""
+        """Commit the pending changes of every table not paused, or with a FLUSH waiting
+        (used on a clean stop)."""
         self.committer.commit_all(
-            [s for s in self.tables.values() if not self.control.is_paused(s)]
+            [s for s in self.tables.values() if s.flush or not self.control.is_paused(s)]
         )
+        self.commands.flushed()
 
     def close(self) -> None:
         """Leave the consumer group and close the clients. Without the leave, the group
         keeps the stopped member until its session runs out, and the next writer gets no
         partition before that."""
+        self.commands.stopped()
         self.diversions.flush(10)
         for consumer in (self._data, self.control):
             try:

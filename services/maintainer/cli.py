@@ -2,9 +2,10 @@
 
 - ``control_app`` (mount as ``control``): ``compact``, ``rewrite-deletes``, ``expire``,
   ``remove-orphans``, ``rewrite-manifests`` publish an operator ``MaintenanceRequest`` on the
-  control topic and, with ``--wait``, print its ``MaintenanceResult``. Exit codes: 0 the
-  action succeeded or had nothing to do (or was only published), 1 it failed, 2 it was
-  rejected (locally, before publishing, or by the service), 3 no result within ``--wait``.
+  control topic and, with ``--wait``, print its ``MaintenanceResult``. Exit codes
+  (``shared.operator``): 0 the action succeeded or had nothing to do (or was only
+  published), 1 it failed, 2 it was rejected (locally, before publishing, or by the
+  service), 3 no result within ``--wait``, 4 Kafka or the registry unreachable.
 - ``tables_command`` (register as ``tables``): the health of every table, one line each.
 - ``table_app`` (mount as ``table``): ``table health <table>``, the full health model of
   one table and what the policies would do now.
@@ -35,6 +36,14 @@ from services.maintainer.policy import evaluate, expire_plan
 from services.maintainer.requests import Rejection, validate_request
 from shared.events import MaintenanceAction, MaintenanceRequest, MaintenanceResult
 from shared.events import MaintenanceStatus as Status
+from shared.operator import (
+    EXIT_FAILED,
+    EXIT_NO_RESULT,
+    EXIT_OK,
+    EXIT_REJECTED,
+    EXIT_UNREACHABLE,
+    ControlUnreachableError,
+)
 
 if TYPE_CHECKING:
     from services.maintainer.config import MaintainerSettings
@@ -47,6 +56,7 @@ __all__ = [
     "EXIT_NO_RESULT",
     "EXIT_OK",
     "EXIT_REJECTED",
+    "EXIT_UNREACHABLE",
     "build_request",
     "control_app",
     "health_rows",
@@ -54,11 +64,6 @@ __all__ = [
     "table_app",
     "tables_command",
 ]
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_REJECTED = 2
-EXIT_NO_RESULT = 3
 
 
 def _console() -> Console:
@@ -122,47 +127,25 @@ def _user() -> str:
 def _await_result(
     settings: MaintainerSettings, request: MaintenanceRequest, wait_s: float
 ) -> MaintenanceResult | None:
-    """Publish ``request`` and, when ``wait_s`` > 0, read the control topic for its result."""
-    from confluent_kafka import TopicPartition
-
-    from shared.avro import AvroCodec
-    from shared.control import ControlPublisher, ControlReader
+    """Publish ``request`` and, when ``wait_s`` > 0, read the control topic for its result.
+    Raises ControlUnreachableError (``shared.operator``)."""
     from shared.events import ControlEvent
-    from shared.kafka import make_consumer, make_producer
-    from shared.registry import make_registry_client
+    from shared.operator import publish_and_await
 
-    codec = AvroCodec(make_registry_client(settings.registry))
-    topic = settings.control_topic
-    consumer = make_consumer(settings.kafka, f"icefjord-cli-{uuid.uuid4().hex[:12]}")
-    try:
-        if wait_s > 0:
-            # Start reading at the current end, before publishing: the result comes later.
-            metadata = consumer.list_topics(topic, timeout=10).topics[topic]
-            starts = [
-                TopicPartition(
-                    topic, p, consumer.get_watermark_offsets(TopicPartition(topic, p), 10)[1]
-                )
-                for p in metadata.partitions
-            ]
-            consumer.assign(starts)
-        publisher = ControlPublisher(make_producer(settings.kafka), codec, topic)
-        publisher.publish(ControlEvent.new(request.table, request, producer="icefjord-cli"))
-        publisher.flush()
-        if wait_s <= 0:
-            return None
-        reader = ControlReader(consumer, codec, topic)
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            for event in reader.poll(timeout=1.0):
-                payload = event.payload
-                if (
-                    isinstance(payload, MaintenanceResult)
-                    and payload.request_id == request.request_id
-                ):
-                    return payload
+    def result_of(event: ControlEvent) -> MaintenanceResult | None:
+        payload = event.payload
+        if isinstance(payload, MaintenanceResult) and payload.request_id == request.request_id:
+            return payload
         return None
-    finally:
-        consumer.close()
+
+    return publish_and_await(
+        settings.kafka,
+        settings.registry,
+        settings.control_topic,
+        ControlEvent.new(request.table, request, producer="icefjord-cli"),
+        result_of,
+        wait_s,
+    )
 
 
 def _publish(
@@ -188,8 +171,12 @@ def _publish(
     from services.maintainer.config import MaintainerSettings
 
     settings = MaintainerSettings()
-    with _console().status(f"publishing {action.value} for {table}"):
-        result = _await_result(settings, request, wait_s)
+    try:
+        with _console().status(f"publishing {action.value} for {table}"):
+            result = _await_result(settings, request, wait_s)
+    except ControlUnreachableError as exc:
+        _errors().print(f"[red]unreachable:[/] {exc}")
+        raise typer.Exit(EXIT_UNREACHABLE) from None
     _console().print(f"published request {request.request_id} ({action.value} {table})")
     if wait_s <= 0:
         return

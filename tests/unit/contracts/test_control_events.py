@@ -27,6 +27,8 @@ from shared.events import (
     MaintenanceStatus,
     OperatorCommand,
     OperatorCommandKind,
+    OperatorCommandResult,
+    OperatorCommandStatus,
     SchemaChange,
     SchemaOperation,
     SchemaOperationKind,
@@ -50,6 +52,7 @@ PYTHON_ENUMS: dict[str, type[enum.StrEnum]] = {
     "io.icefjord.control.MaintenanceStatus": MaintenanceStatus,
     "io.icefjord.control.OperatorCommandKind": OperatorCommandKind,
     "io.icefjord.control.BulkLoadStatus": BulkLoadStatus,
+    "io.icefjord.control.OperatorCommandStatus": OperatorCommandStatus,
 }
 
 # --- strategies ----------------------------------------------------------------------------
@@ -153,6 +156,16 @@ def _payloads(table: str) -> st.SearchStrategy[Any]:
             snapshot_ts_ms=opt(longs),
             reason=opt(texts),
             requested_by=texts,
+        ),
+        st.builds(
+            OperatorCommandResult,
+            command_event_id=texts,
+            table=st.just(table),
+            command=st.sampled_from(OperatorCommandKind),
+            status=st.sampled_from(OperatorCommandStatus),
+            tables=st.lists(texts, max_size=3).map(tuple),
+            records=opt(longs),
+            message=opt(texts),
         ),
     )
 
@@ -261,6 +274,14 @@ def test_one_sample_of_each_payload_type_round_trips(avro: Any) -> None:
             rows=1000,
             snapshot_ts_ms=1_700_000_000_000,
             requested_by="icefjord-bulk",
+        ),
+        OperatorCommandResult(
+            command_event_id="e-1",
+            table=table,
+            command=OperatorCommandKind.FLUSH,
+            status=OperatorCommandStatus.APPLIED,
+            tables=(table,),
+            records=42,
         ),
     ]
     assert {type(sample) for sample in samples} == set(PAYLOAD_TYPES.values())
@@ -384,3 +405,17 @@ def test_operator_command_may_address_all_tables() -> None:
     command = OperatorCommand(command=OperatorCommandKind.PAUSE, table="*", requested_by="x")
     assert command.all_tables
     assert ControlEvent.new("*", command, "operator:x").table == "*"
+
+
+def test_an_operator_command_result_of_an_unknown_status_reads_as_failed() -> None:
+    result = OperatorCommandResult(
+        command_event_id="e-1",
+        table="a.b",
+        command=OperatorCommandKind.PAUSE,
+        status=OperatorCommandStatus.APPLIED,
+    )
+    record = _record(result)
+    record["payload"][1]["status"] = "APPLIED_LATER"
+    payload = ControlEvent.from_record(record).payload
+    assert isinstance(payload, OperatorCommandResult)
+    assert payload.status is OperatorCommandStatus.FAILED

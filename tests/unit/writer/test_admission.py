@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from commands_support import operator_commands
 from prometheus_client import CollectorRegistry
 
 from services.iceberg_writer.admission import WAIT, WRITE, Admission, Decision, SchemaAdmission
@@ -58,7 +59,8 @@ def plan(to_version: int, to_schema_id: int, verdict: Verdict = Verdict.APPLY) -
 def admission(*plans: SchemaChange) -> tuple[SchemaAdmission, Calls]:
     settings = WriterSettings(schema_wait_s=300)
     metrics = WriterMetrics.create(CollectorRegistry())
-    view = ControlView(None, None, None, "control", {}, metrics)  # type: ignore[arg-type]
+    commands, _ = operator_commands({}, metrics=metrics)
+    view = ControlView(None, None, None, "control", {}, metrics, commands)  # type: ignore[arg-type]
     for change in plans:
         view.handle(ControlEvent.new(TABLE, change, "test"), replay=True)
     calls = Calls()

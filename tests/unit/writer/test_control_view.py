@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from commands_support import operator_commands
 from confluent_kafka import KafkaError, KafkaException
 from prometheus_client import CollectorRegistry
 
@@ -22,6 +23,7 @@ class SilentBroker:
 
 def test_a_replay_without_an_answer_from_kafka_is_retried_not_fatal() -> None:
     metrics = WriterMetrics.create(CollectorRegistry())
-    view = ControlView(SilentBroker(), None, None, "control", {}, metrics)  # type: ignore[arg-type]
+    commands, _ = operator_commands({}, metrics=metrics)
+    view = ControlView(SilentBroker(), None, None, "control", {}, metrics, commands)  # type: ignore[arg-type]
     with pytest.raises(RetryableError, match="control topic unavailable"):
         view.replay(timeout_s=5)

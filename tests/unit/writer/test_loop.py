@@ -7,17 +7,20 @@ from collections.abc import Iterable
 from typing import Any
 
 import pytest
+from commands_support import command_event, operator_commands
 from confluent_kafka import KafkaError
 from prometheus_client import CollectorRegistry
 
 from services.iceberg_writer.admission import WAIT, WRITE, Admission
 from services.iceberg_writer.changes import Change, Op
+from services.iceberg_writer.commands import OperatorCommands
 from services.iceberg_writer.config import WriterSettings
 from services.iceberg_writer.metrics import WriterMetrics
 from services.iceberg_writer.state import TableState
 from services.iceberg_writer.writer import Writer
 from shared.avro import encode
 from shared.errors import RetryableError
+from shared.events import OperatorCommandKind, OperatorCommandStatus
 from shared.kafka import GroupMembership
 
 pytestmark = pytest.mark.unit
@@ -106,9 +109,14 @@ class FakePartitions:
 
 
 class FakeControl:
-    def __init__(self) -> None:
+    """Commands reach the real OperatorCommands through :meth:`say`, as the view hands them
+    on; ``on_read_to_end`` stands for events that arrive while the topic is read to its end."""
+
+    def __init__(self, commands: OperatorCommands) -> None:
         self.listener: Any = None
         self.reads_to_end = 0
+        self.commands = commands
+        self.on_read_to_end: list[Any] = []
 
     def replay(self, timeout_s: float) -> None: ...
 
@@ -116,9 +124,15 @@ class FakeControl:
 
     def read_to_end(self, timeout_s: float = 10.0) -> None:
         self.reads_to_end += 1
+        for event in self.on_read_to_end:
+            self.say(event)
+        self.on_read_to_end = []
+
+    def say(self, event: Any) -> None:
+        self.commands.received(event, event.payload, self.listener.pause_changed)
 
     def is_paused(self, state: TableState) -> bool:
-        return state.paused
+        return self.commands.is_paused(state.name)
 
     def close(self) -> None: ...
 
@@ -219,16 +233,20 @@ class Loop:
         max_records: int = 3,
     ) -> None:
         self.partitions = FakePartitions()
-        self.control = FakeControl()
+        tables: dict[str, TableState] = {}
+        metrics = WriterMetrics.create(CollectorRegistry())
+        self.commands, self.published = operator_commands(tables, metrics=metrics)
+        self.control = FakeControl(self.commands)
         self.admission = FakeAdmission(verdicts or {})
         self.diversions = FakeDiversions()
         self.committer = FakeCommitter()
         settings = WriterSettings(max_batch_records=max_records, freshness_target_s=3600)
         self.writer = Writer(
             settings,
-            tables={},
+            tables=tables,
             partitions=self.partitions,  # type: ignore[arg-type]
             control=self.control,
+            commands=self.commands,
             admission=self.admission,
             decoder=FakeDecoder(broken),
             diversions=self.diversions,  # type: ignore[arg-type]
@@ -237,7 +255,7 @@ class Loop:
             admin=None,  # type: ignore[arg-type]
             store=None,  # type: ignore[arg-type]
             batch_writer=None,  # type: ignore[arg-type]
-            metrics=WriterMetrics.create(CollectorRegistry()),
+            metrics=metrics,
             epoch=1,
         )
 
@@ -301,12 +319,84 @@ def test_a_read_error_drops_uncommitted_work_and_is_retryable() -> None:
     assert loop.committer.done == []
 
 
-def test_a_paused_table_commits_nothing_until_flushed() -> None:
+def test_a_paused_table_commits_nothing_until_flushed_and_the_flush_is_answered_after() -> None:
     loop = Loop(max_records=2)
     loop.step(FakeMessage(0, record(1)))
-    loop.state.paused = True
-    loop.step(FakeMessage(1, record(1)))
+    pause = command_event(OperatorCommandKind.PAUSE, TABLE)
+    loop.control.say(pause)
+    loop.step(FakeMessage(1, record(1)), FakeMessage(2, record(1)))
     assert loop.committer.done == []
-    loop.state.flush = True
+    flush = command_event(OperatorCommandKind.FLUSH, TABLE, at_ms=2_000)
+    loop.control.say(flush)
+    assert [r.command for r in loop.published.results] == [OperatorCommandKind.PAUSE]
+    loop.step()
+    assert loop.committer.done == [(TABLE, [0, 1, 2], {(TOPIC, 0): 3})]
+    answer = loop.published.results[-1]
+    assert (answer.command_event_id, answer.status, answer.records) == (
+        flush.event_id,
+        OperatorCommandStatus.APPLIED,
+        3,
+    )
+    # The flush was one-shot: the table is paused again.
+    loop.step(FakeMessage(3, record(1)), FakeMessage(4, record(1)))
+    assert len(loop.committer.done) == 1 and not loop.state.flush
+
+
+def test_a_pause_read_while_due_tables_wait_for_the_control_topic_holds_their_commit() -> None:
+    loop = Loop(max_records=2)
+    loop.control.on_read_to_end = [command_event(OperatorCommandKind.PAUSE, TABLE)]
+    loop.step(FakeMessage(0, record(1)), FakeMessage(1, record(1)))
+    assert loop.control.reads_to_end == 1
+    assert loop.committer.done == [], "a commit followed the answered pause"
+    assert loop.published.results[0].status is OperatorCommandStatus.APPLIED
+    loop.control.say(command_event(OperatorCommandKind.RESUME, TABLE, at_ms=2_000))
     loop.step()
     assert loop.committer.done == [(TABLE, [0, 1], {(TOPIC, 0): 2})]
+
+
+def test_a_flush_outlives_a_rewind_and_is_answered_once_the_changes_are_read_and_committed() -> (
+    None
+):
+    loop = Loop(max_records=10)
+    loop.step(FakeMessage(0, record(1)), FakeMessage(1, record(1)))
+    flush = command_event(OperatorCommandKind.FLUSH, TABLE)
+    loop.control.say(flush)
+    broken = FakeMessage(2, None, error=FakeError(KafkaError._TRANSPORT))
+    with pytest.raises(RetryableError):
+        loop.step(broken)  # the held changes are dropped, to be read again
+    assert loop.published.results == [] and loop.state.flush
+    loop.step(FakeMessage(0, record(1)), FakeMessage(1, record(1)))
+    assert loop.committer.done == [(TABLE, [0, 1], {(TOPIC, 0): 2})]
+    assert [(r.command_event_id, r.records) for r in loop.published.results] == [
+        (flush.event_id, 2)
+    ]
+
+
+def test_a_table_paused_before_it_appears_is_paused_from_its_first_record() -> None:
+    loop = Loop(max_records=2)
+    loop.control.say(command_event(OperatorCommandKind.PAUSE, TABLE))
+    assert loop.published.results[0].status is OperatorCommandStatus.NOT_LOADED
+    loop.step(FakeMessage(0, record(1)), FakeMessage(1, record(1)), FakeMessage(2, record(1)))
+    assert loop.committer.done == []
+    assert paused_gauge(loop.writer.metrics) == 1
+
+
+def test_a_clean_stop_commits_a_flushed_paused_table_and_fails_what_it_could_not() -> None:
+    loop = Loop(max_records=10)
+    loop.step(FakeMessage(0, record(1)))
+    loop.control.say(command_event(OperatorCommandKind.PAUSE, TABLE))
+    loop.control.say(command_event(OperatorCommandKind.FLUSH, TABLE, at_ms=2_000))
+    loop.writer.flush_all()
+    assert loop.committer.done == [(TABLE, [0], {(TOPIC, 0): 1})]
+    assert loop.published.results[-1].status is OperatorCommandStatus.APPLIED
+    loop.step(FakeMessage(1, record(1)))  # fetched before the pause took effect
+    loop.control.say(command_event(OperatorCommandKind.FLUSH, TABLE, at_ms=3_000))
+    loop.committer.commit_all = lambda states: None  # type: ignore[method-assign]
+    loop.writer.flush_all()
+    loop.writer.close()
+    assert loop.published.results[-1].status is OperatorCommandStatus.FAILED
+
+
+def paused_gauge(metrics: WriterMetrics) -> float:
+    (metric,) = metrics.paused_tables.collect()
+    return float(metric.samples[0].value)
