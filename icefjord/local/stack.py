@@ -176,6 +176,10 @@ class LocalStack:
         for component in reversed(self.components()):
             if component.stop():
                 stopped.append(component.name)
+        # An S3 server started under another store setting (``bench --stores`` switches them)
+        # is this state directory's too.
+        if self.settings.warehouse_store != "s3" and ObjectStore(self.settings).stop():
+            stopped.append("s3")
         return stopped
 
     def status(self) -> list[Health]:

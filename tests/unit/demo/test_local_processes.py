@@ -84,3 +84,16 @@ def test_group_stop_signals_every_member(tmp_path: Path) -> None:
         assert time.monotonic() < deadline
         time.sleep(0.1)
     assert not process.stop()
+
+
+def test_down_stops_an_s3_server_started_under_the_other_store(tmp_path: Path) -> None:
+    """``bench --stores`` leaves the stack on disk settings; ``down`` still stops its S3."""
+    from icefjord.local.settings import LocalSettings
+    from icefjord.local.stack import LocalStack
+
+    settings = LocalSettings(state_dir=tmp_path / "state", cache_dir=tmp_path / "cache")
+    s3 = ManagedProcess("s3", settings.state / "run")
+    s3.start([sys.executable, "-c", "import time; time.sleep(60)"])
+    assert s3.pid() is not None
+    assert "s3" in LocalStack(settings).down()
+    assert s3.pid() is None
