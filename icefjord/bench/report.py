@@ -70,15 +70,15 @@ class BenchReport:
         return goal_verdicts(self.phases)
 
 
-def _num(value: float | None, spec: str = ",.0f") -> str:
+def number(value: float | None, spec: str = ",.0f") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _secs(value: float | None) -> str:
+def seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def _mark(met: bool | None) -> str:
+def verdict_mark(met: bool | None) -> str:
     return {True: "**met**", False: "**missed**", None: "not measured"}[met]
 
 
@@ -96,20 +96,20 @@ def phase_rows(phases: Sequence[PhaseResult]) -> list[list[str]]:
         rows.append(
             [
                 p.name,
-                _num(p.offered_rate)
+                number(p.offered_rate)
                 if p.kind in ("rate", "warm-up")
                 else ("max" if p.kind == "max" else "-"),
-                _num(p.achieved_source_rate),
+                number(p.achieved_source_rate),
                 f"{p.snapshot_rows:,}" if p.kind == "snapshot" else f"{f.source_changes:,}",
-                _num(f.applied_rate),
-                _num(p.end_to_end_rate),
-                _num(p.sustained_rate),
-                _secs(f.p50_s),
-                _secs(f.p99_s),
+                number(f.applied_rate),
+                number(p.end_to_end_rate),
+                number(p.sustained_rate),
+                seconds(f.p50_s),
+                seconds(f.p99_s),
                 "-" if within5 is None else f"{within5:.1%}",
                 "-" if within15 is None else f"{within15:.1%}",
-                _secs(p.source_seconds),
-                _secs(p.drain_seconds),
+                seconds(p.source_seconds),
+                seconds(p.drain_seconds),
                 "yes" if p.caught_up else "**no**",
             ]
         )
@@ -207,7 +207,7 @@ def _jvm_section(phases: Sequence[PhaseResult]) -> list[str]:
         "CPU seconds of the components' JVMs' JIT compiler threads and garbage collector "
         "threads in each phase.",
         "",
-        *_table(header, rows),
+        *markdown_table(header, rows),
         "",
         "- *JIT*: HotSpot's C1 and C2 compiler threads, turning hot Java code into machine "
         "code; *GC*: the garbage collector's worker threads (and G1's concurrent ones). "
@@ -236,7 +236,7 @@ def _cpu_section(phases: Sequence[PhaseResult]) -> list[str]:
         "CPU seconds (user + system) each component used from the phase's first sample to "
         "its end, and in brackets its share of the CPU the machine had (cores x wall seconds).",
         "",
-        *_table(header, rows),
+        *markdown_table(header, rows),
         "",
         "- A stack process or a service counts with every process of its session (a "
         "service's Spark JVM included); PostgreSQL is the postmaster and all its descendants "
@@ -254,7 +254,7 @@ def _cpu_section(phases: Sequence[PhaseResult]) -> list[str]:
     ]
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return lines
@@ -278,14 +278,14 @@ def render_markdown(report: BenchReport, chart: str | None, chart_problem: str |
         "",
         "## Goals",
         "",
-        *_table(
+        *markdown_table(
             ["goal", "measured", "verdict"],
-            [[v.goal, v.measured, _mark(v.met)] for v in report.verdicts],
+            [[v.goal, v.measured, verdict_mark(v.met)] for v in report.verdicts],
         ),
         "",
         "## Phases",
         "",
-        *_table(
+        *markdown_table(
             [
                 "phase",
                 "offered/s",
@@ -313,13 +313,13 @@ def render_markdown(report: BenchReport, chart: str | None, chart_problem: str |
         "## Files",
         "",
         f"Data files (the maintainer's `icefjord_table_data_files`, this namespace): "
-        f"at most {_num(max(files) if files else None)}, at the end "
-        f"{_num(files[-1] if files else None)}; compactions: "
-        f"{_num(last.compactions if last else None)}.",
+        f"at most {number(max(files) if files else None)}, at the end "
+        f"{number(files[-1] if files else None)}; compactions: "
+        f"{number(last.compactions if last else None)}.",
         "",
         "## Verification",
         "",
-        *_table(
+        *markdown_table(
             ["table", "source rows", "iceberg rows", "result"],
             [
                 [
@@ -411,14 +411,14 @@ def series_csv(samples: Sequence[Sample]) -> str:
             f"{sample.t:.1f}",
             sample.phase,
             str(sample.source_changes),
-            _num(w.source_rate, ".1f"),
-            _num(w.applied_rate, ".1f"),
-            _num(w.received_rate, ".1f"),
-            _num(w.p50_s, ".2f"),
-            _num(w.p99_s, ".2f"),
-            _num(w.observations, ".0f"),
-            _num(sample.data_files, ".0f"),
-            _num(sample.compactions, ".0f"),
+            number(w.source_rate, ".1f"),
+            number(w.applied_rate, ".1f"),
+            number(w.received_rate, ".1f"),
+            number(w.p50_s, ".2f"),
+            number(w.p99_s, ".2f"),
+            number(w.observations, ".0f"),
+            number(sample.data_files, ".0f"),
+            number(sample.compactions, ".0f"),
         ]
         out.writerow(["" if v == "-" else v for v in values])
     return buffer.getvalue()

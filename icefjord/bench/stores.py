@@ -22,7 +22,7 @@ from typing import Literal
 from rich.console import Console
 
 from icefjord.bench.pipeline import BenchOptions, BenchResult, run_bench
-from icefjord.bench.report import BenchReport
+from icefjord.bench.report import BenchReport, markdown_table, number, seconds, verdict_mark
 from icefjord.bench.stats import PhaseResult, Verdict
 from icefjord.local.objectstore import ObjectStore
 from icefjord.local.services import service_processes
@@ -63,14 +63,6 @@ def _per_change(phase: PhaseResult) -> float | None:
     return phase.cpu.listed_seconds * 1000 / changes
 
 
-def _rate(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.0f}"
-
-
-def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
-
-
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
@@ -92,9 +84,9 @@ def comparison_rows(reports: Mapping[Store, BenchReport]) -> tuple[list[str], li
                 row += ["-"] * 4
                 continue
             row += [
-                _rate(phase.end_to_end_rate),
-                _rate(phase.sustained_rate),
-                _seconds(phase.figures.p99_s),
+                number(phase.end_to_end_rate),
+                number(phase.sustained_rate),
+                seconds(phase.figures.p99_s),
                 _ms(_per_change(phase)),
             ]
         rows.append(row)
@@ -121,15 +113,9 @@ def throughput_verdict(reports: Mapping[Store, BenchReport]) -> Verdict:
     )
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
-
-
 def render(reports: Mapping[Store, BenchReport], chart: str | None, command: str) -> str:
     """``report.md`` of a comparison: every store's goals, the phases side by side, and
     the share of S3's throughput; links to each store's full report."""
-    marks = {True: "**met**", False: "**missed**", None: "not measured"}
     verified = all(r.verified for r in reports.values())
     started = min((r.started for r in reports.values()), default="")
     lines = [
@@ -148,17 +134,17 @@ def render(reports: Mapping[Store, BenchReport], chart: str | None, command: str
     ]
     goals: list[list[str]] = []
     for store, report in reports.items():
-        goals += [[f"{v.goal} ({store})", v.measured, marks[v.met]] for v in report.verdicts]
+        goals += [[f"{v.goal} ({store})", v.measured, verdict_mark(v.met)] for v in report.verdicts]
     if "file" in reports and "s3" in reports:
         verdict = throughput_verdict(reports)
-        goals.append([verdict.goal, verdict.measured, marks[verdict.met]])
+        goals.append([verdict.goal, verdict.measured, verdict_mark(verdict.met)])
     header, rows = comparison_rows(reports)
     lines += [
-        *_table(["goal", "measured", "verdict"], goals),
+        *markdown_table(["goal", "measured", "verdict"], goals),
         "",
         "## Phases side by side",
         "",
-        *_table(header, rows),
+        *markdown_table(header, rows),
         "",
         "- *e2e/s*: source changes over the phase's source and drain seconds (snapshot: rows "
         "over the time until Iceberg held them); *sustained/s*: the offered rate when the "
