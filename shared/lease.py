@@ -14,10 +14,10 @@ writer makes before every commit anyway (the epoch check), so there is no orderi
 between a Kafka topic and the catalog, and no acknowledgement to wait for; and it outlives
 restarts of either service without any state of their own.
 
-The writer holds back only the commits that delete rows in stored files or read them (its
-MERGE, insert and replace paths). Its upsert path adds rows and equality deletes, which a
-rewrite's validation ignores (the rewritten files keep the rewrite's starting sequence
-number, so newer equality deletes still apply to them): those commits go ahead
+The writer holds back every commit that deletes rows in stored files or reads them: its
+MERGE, insert, replace and upsert paths (the upsert path's deletes are deletion vectors of
+the stored files since 2026-11-28; its equality deletes before, which a rewrite's
+validation ignores, let it go ahead). Only an append to an empty table goes ahead
 (:data:`PATHS_NOT_HELD`, ``services.iceberg_writer.changes.Path.waits_for_lease``). Each
 ``CommitDone`` names its path (``write_path``), so the maintainer knows whether the writer
 is waiting for a rewrite (:func:`holds_writer_back`) and raises its own CPU priority only
@@ -30,7 +30,7 @@ from collections.abc import Mapping
 
 LEASE_PROPERTY = "icefjord.maintenance.lease-until-ms"
 
-PATHS_NOT_HELD = frozenset({"append", "upsert"})
+PATHS_NOT_HELD = frozenset({"append"})
 """The writer's paths (``CommitDone.write_path``) whose commits go ahead under a lease."""
 
 

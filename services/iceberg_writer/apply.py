@@ -27,6 +27,7 @@ from pyspark.sql import functions as F
 
 from services.iceberg_writer.changes import BatchPlan, Path
 from services.iceberg_writer.copyfiles import write_copy
+from services.iceberg_writer.key_index import KeyIndex
 from services.iceberg_writer.records import staging_rows
 from services.iceberg_writer.tables import quote, sql_literal
 from services.iceberg_writer.types import (
@@ -99,6 +100,8 @@ class BatchWriter:
     def __init__(self, spark: SparkSession, staging_dir: str | None = None) -> None:
         self._spark = spark
         self._staging = staging_dir or tempfile.mkdtemp(prefix="icefjord-writer-")
+        self._indexes: dict[str, KeyIndex] = {}
+        """The key index of each table the upsert path wrote (``key_index.py``)."""
         os.makedirs(self._staging, exist_ok=True)
 
     def write(
@@ -117,7 +120,7 @@ class BatchWriter:
         started = time.monotonic()
         if path is Path.UPSERT:
             with _conflicts():
-                write_upserts(self._spark, target, batch, keys, summary)
+                write_upserts(self._spark, target, batch, keys, summary, indexes=self._indexes)
             return WriteResult(path, time.monotonic() - started)
         if path is Path.APPEND:
             # Without a Spark job where the table allows: a new table's first commit

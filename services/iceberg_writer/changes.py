@@ -74,13 +74,10 @@ class Path(enum.StrEnum):
         (``shared/lease.py``).
 
         A rewrite fails when a commit meanwhile deleted rows in a file it replaces
-        (position deletes, deletion vectors: the MERGE) or removed the file (REPLACE), and
-        INSERT's anti-join reads the files. APPEND and UPSERT only add files: the rows,
-        and equality deletes, which Iceberg's rewrite validation ignores because the
-        rewritten files keep the sequence number of the rewrite's starting snapshot, so
-        the newer deletes still apply to them. Those commits go ahead under the lease
-        (``shared.lease.PATHS_NOT_HELD``, which the maintainer reads ``CommitDone.write_path``
-        against).
+        (deletion vectors: the MERGE's and the UPSERT's) or removed the file (REPLACE), and
+        INSERT's anti-join reads the files. Only APPEND, into an empty table, adds files
+        alone and goes ahead under the lease (``shared.lease.PATHS_NOT_HELD``, which the
+        maintainer reads ``CommitDone.write_path`` against).
         """
         return holds_writer_back(self.value)
 

@@ -270,9 +270,9 @@ class Committer:
 
     def may_pass_lease(self, table: Table) -> bool:
         """Whether a batch for ``table`` can take a path that goes ahead under a compaction
-        lease (:attr:`Path.waits_for_lease`): APPEND into an empty table, or UPSERT where
-        the writer may write it. Elsewhere every batch takes the MERGE, which waits."""
-        return holds_no_rows(table) or (self.settings.upsert_path and writes_own_files(table))
+        lease (:attr:`Path.waits_for_lease`): APPEND, into an empty table. Every other
+        path deletes rows in stored files or reads them, and waits."""
+        return holds_no_rows(table)
 
     def lease_holds(self, state: TableState, table: Table) -> bool:
         """Whether the maintainer's compaction lease (``shared/lease.py``) holds this commit

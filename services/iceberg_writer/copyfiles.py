@@ -115,11 +115,11 @@ def arrow_schema_of(iceberg: Any, table: Any) -> pa.Schema:
     return schema_to_pyarrow(schema_of(iceberg, table), include_field_ids=True)
 
 
-def layout_of(iceberg: Any, table: Any, keys: Sequence[str]) -> PartitionLayout:
-    """The partition layout of a Java Iceberg ``table`` whose rows are keyed by ``keys``.
+def layout_of(iceberg: Any, table: Any) -> PartitionLayout:
+    """The partition layout of a Java Iceberg ``table``.
     Raises ValueError for a spec the writer cannot compute."""
     spec = str(iceberg.PartitionSpecParser.toJson(table.spec()))
-    return PartitionLayout.of(spec, schema_of(iceberg, table), keys)
+    return PartitionLayout.of(spec, schema_of(iceberg, table))
 
 
 def parquet_codec(table: Any) -> str | None:
@@ -193,7 +193,7 @@ def write_copy(
     table = iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, target)
     try:
         files = TableFiles.of(jvm, table)
-        layout = layout_of(iceberg, table, ())
+        layout = layout_of(iceberg, table)
     except ValueError:
         return None
     arrow_schema = arrow_schema_of(iceberg, table)

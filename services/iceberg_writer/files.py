@@ -103,6 +103,8 @@ class TableFiles:
 
     jvm: Any
     table: Any
+    io: PyArrowFileIO
+    """pyiceberg's FileIO for the table (its Java FileIO's properties)."""
     fs: Any
     """pyarrow's file system for the table's location."""
     scheme: str
@@ -123,16 +125,16 @@ class TableFiles:
         scheme, netloc, path = PyArrowFileIO.parse_location(location, io.properties)
         fs = io.fs_by_scheme(scheme, netloc)
         directory = f"{path}/data" if scheme == "file" else f"{netloc}{path}/data"
-        return cls(jvm, table, fs, scheme, netloc, directory)
+        return cls(jvm, table, io, fs, scheme, netloc, directory)
 
     @property
     def local(self) -> bool:
         return self.scheme == "file"
 
-    def new_path(self, prefix: str) -> str:
+    def new_path(self, prefix: str, suffix: str = ".parquet") -> str:
         """A fresh file's path as ``fs`` names it (partitions are in the metadata, so every
         file goes straight into ``data/``)."""
-        return f"{self.directory}/{prefix}-{uuid.uuid4().hex}.parquet"
+        return f"{self.directory}/{prefix}-{uuid.uuid4().hex}{suffix}"
 
     def uri(self, path: str) -> str:
         """The location Iceberg records for ``path``."""
@@ -151,6 +153,14 @@ class TableFiles:
             with open(scratch.name, "rb") as source, self.fs.open_output_stream(path) as sink:
                 shutil.copyfileobj(source, sink, length=1 << 20)
                 return int(sink.tell())
+
+    def write_bytes(self, content: bytes, path: str) -> int:
+        """Write ``content`` to ``path``; return its size in bytes."""
+        if self.local:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        with self.fs.open_output_stream(path) as sink:
+            sink.write(content)
+        return len(content)
 
     def metrics(self, path: str) -> Any:
         """Iceberg's metrics of the Parquet file ``path``, by the table's settings."""

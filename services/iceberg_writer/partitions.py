@@ -5,15 +5,6 @@ bucket, truncate, year, month, day, hour; pyiceberg-core computes bucket and the
 transforms as Iceberg specifies them), and each group of rows becomes one file carrying
 its partition's values, given to Iceberg's Java API as partition strings
 (``Conversions.fromPartitionString``), so the two sides cannot read a value differently.
-
-Where the equality deletes of a batch go depends on the spec:
-
-- every partition source is a key column (``bucket(16, id)``): a key's stored row lives in
-  the partition its key computes to, so each delete file is scoped to that partition;
-- any other spec (``days(created_at)``): an update may have moved the key's row out of
-  the partition of its new values, so the deletes are GLOBAL: written with the table's
-  unpartitioned spec, which applies them to every data file (Iceberg's delete index).
-  The table gets that spec once, beside its default one (``addNonDefaultSpec``).
 """
 
 from __future__ import annotations
@@ -22,7 +13,7 @@ import datetime as dt
 import decimal
 import functools
 import operator
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,19 +75,15 @@ class PartitionLayout:
 
     spec: PartitionSpec
     schema: Schema
-    keyed: bool
-    """Every partition source column is a key column: deletes are partition-scoped."""
 
     @classmethod
-    def of(cls, spec_json: str, schema: Schema, keys: Sequence[str]) -> PartitionLayout:
+    def of(cls, spec_json: str, schema: Schema) -> PartitionLayout:
         """The layout of a spec given as Iceberg's JSON. Raises ValueError for a spec the
         writer cannot compute (a partition on a binary, fixed, UUID or struct value)."""
         spec = PartitionSpec.model_validate_json(spec_json)
         if not supported_spec(spec, schema):
             raise ValueError(f"partition spec {spec} has values the writer cannot compute")
-        key_ids = {schema.find_field(k).field_id for k in keys}
-        keyed = all(f.source_id in key_ids for f in spec.fields)
-        return cls(spec, schema, keyed)
+        return cls(spec, schema)
 
     @property
     def unpartitioned(self) -> bool:
@@ -144,20 +131,3 @@ def java_partition(iceberg: Any, spec: Any, partition: Partition) -> Any:
     for i, value in enumerate(partition):
         data.set(i, iceberg.types.Conversions.fromPartitionString(fields.get(i).type(), value))
     return data
-
-
-def unpartitioned_spec(table: Any) -> Any:
-    """The Java ``table``'s unpartitioned spec, added beside its default one if missing (a
-    metadata commit; the default spec stays what new data files use)."""
-    for spec in table.specs().values():
-        if spec.isUnpartitioned():
-            return spec
-    update = table.updateSpec()
-    for field in table.spec().fields():
-        update = update.removeField(field.name())
-    update.addNonDefaultSpec().commit()
-    table.refresh()
-    for spec in table.specs().values():
-        if spec.isUnpartitioned():
-            return spec
-    raise RuntimeError(f"{table.name()}: no unpartitioned spec after adding one")

@@ -8,26 +8,34 @@ the batch is known to be at least as new as the stored row of its key
 (:class:`~services.iceberg_writer.changes.PositionBounds`), the guard always passes, and the
 same result is two files in one commit (Iceberg's ``RowDelta``):
 
-- an equality delete file holding the key of every change: it removes the key's stored row
-  (any data file committed before), and is a no-op for a key the table lacks;
-- a data file holding the rows of the inserts and updates, committed with the same sequence
-  number, so the deletes of its own commit do not apply to it.
+- a data file holding the rows of the inserts and updates;
+- a Puffin file of deletion vectors (``deletion_vectors.py``): for each data file holding a
+  stored row of a key of the batch, that row's position, merged with the file's earlier
+  vector, which the commit replaces. The positions come from the key index
+  (``key_index.py``), read from the snapshot the commit starts from; the commit validates
+  that those data files and vectors are still the table's, so a compaction in between
+  makes it a conflict that is planned again (``committer.py``), never a wrong delete.
 
-Both files are written by Arrow into the table's ``data/`` directory (``files.py``: on the
-local file system or S3), with the table's field ids, and committed through Iceberg's Java
-API with the same snapshot summary as every commit. Readers apply equality deletes (Spark,
-Trino, Flink); the maintainer compacts them away and then removes the delete files no data
-file needs (``services/maintainer``).
+Deletion vectors are what every engine reading format v3 applies (Spark, Trino, pyiceberg,
+DuckDB). The path wrote equality deletes of every key until 2026-11-28: cheaper to write
+(no lookup), but pyiceberg refuses to scan them and DuckDB did not apply them, so the tables
+were readable by Spark and Trino only until the next compaction (HISTORY). A vector deletes
+rows in stored files, so a compaction rewriting those files and this commit exclude each
+other: the path now waits out the maintainer's lease as the MERGE does (``shared/lease.py``).
+
+Both files are written into the table's ``data/`` directory (``files.py``: on the local
+file system or S3), with the table's field ids, and committed through Iceberg's Java API
+with the same snapshot summary as every commit.
 
 An empty table's batch (``Path.APPEND``: deletes of rows that do not exist are no-ops)
-goes in the same way without the delete file: its rows as one data file, in an append
+goes in the same way without the vectors: its rows as one data file, in an append
 snapshot, at a fraction of a Spark job's cost (HISTORY); a snapshot of many tables waits
 on those first commits.
 
-A partitioned table's batch becomes one data file per partition, and its deletes are
-scoped to partitions or global as its spec allows (``partitions.py``). Only for tables on
-storage the writer can write, like the bulk copy (``copyfiles.py``): the writer chooses
-this path only for such tables, and merges into any other with Spark.
+A partitioned table's batch becomes one data file per partition; each vector carries the
+spec and partition of the file it deletes from, wherever an update moved its key. Only for
+tables on storage the writer can write, like the bulk copy (``copyfiles.py``): the writer
+chooses this path only for such tables, and merges into any other with Spark.
 """
 
 from __future__ import annotations
@@ -38,19 +46,24 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyiceberg.conversions import to_bytes
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.types import StringType
+from pyroaring import BitMap64
 from pyspark.sql import SparkSession
 
 from services.iceberg_writer.copyfiles import (
     WrittenFile,
     arrow_schema_of,
-    built_file,
     commit_append,
     data_file,
     layout_of,
     parquet_codec,
+    schema_of,
 )
+from services.iceberg_writer.deletion_vectors import puffin_file
 from services.iceberg_writer.files import TableFiles, discard_uncommitted
-from services.iceberg_writer.partitions import unpartitioned_spec
+from services.iceberg_writer.key_index import KeyIndex, LiveFile
 from services.iceberg_writer.types import STAGING_FLAG
 
 __all__ = ["split_batch", "write_upserts"]
@@ -81,28 +94,34 @@ def write_upserts(
     summary: Mapping[str, str],
     *,
     deletes: bool = True,
+    indexes: dict[str, KeyIndex] | None = None,
 ) -> float:
-    """Commit ``batch`` to ``target`` (a quoted Spark name) as equality deletes of its keys
-    and a data file of its rows, in ONE snapshot with ``summary``; return the seconds.
-    ``deletes=False``: the rows alone, as an append snapshot (an empty table's batch, whose
-    keys delete nothing).
+    """Commit ``batch`` to ``target`` (a quoted Spark name) as a data file of its rows and
+    deletion vectors of the stored rows of its keys, in ONE snapshot with ``summary``;
+    return the seconds. ``deletes=False``: the rows alone, as an append snapshot (an empty
+    table's batch, whose keys delete nothing). ``indexes``: the key index of each table
+    (``key_index.py``) by ``target``, kept by the caller from commit to commit (without
+    it, every data file's keys are read for this commit alone).
 
     Raises ValueError for a table this path cannot write (on storage the writer cannot
     write, or with a partition it cannot compute); the Java commit's own exceptions pass
-    through. Files of a commit that certainly failed are removed."""
+    through, a validation failure when the table changed under the commit among them.
+    Files of a commit that certainly failed are removed."""
     started = time.monotonic()
     jvm: Any = spark.sparkContext._jvm
     iceberg = jvm.org.apache.iceberg
     table = iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, target)
     files = TableFiles.of(jvm, table)
-    layout = layout_of(iceberg, table, keys)
+    layout = layout_of(iceberg, table)
     rows, deleted = split_batch(batch, arrow_schema_of(iceberg, table), keys)
     codec = parquet_codec(table)
     written: list[str] = []
+    added: list[tuple[str, pa.Table]] = []
 
     def write(frame: pa.Table, prefix: str) -> WrittenFile:
         path = files.new_path(prefix)
         written.append(path)
+        added.append((files.uri(path), frame))
         return path, files.write(frame, path, codec)
 
     try:
@@ -111,26 +130,128 @@ def write_upserts(
             commit_append(files, [(write(part, "append"), p) for p, part in parts], summary)
             return time.monotonic() - started
         delta = table.newRowDelta()
+        base = table.currentSnapshot()
+        ids = [table.schema().findField(name).fieldId() for name in keys]
+        index = (indexes or {}).get(target)
+        if index is None or not index.serves(keys, ids):
+            index = KeyIndex(files.io, keys, ids)
+            if indexes is not None:
+                indexes[target] = index
+        if base is not None and deleted.num_rows:
+            delta.validateFromSnapshot(base.snapshotId())
+            live = index.live_files(str(base.manifestListLocation()))
+            located = index.positions(live, deleted)
+            if located:
+                path = files.new_path("dv", ".puffin")
+                written.append(path)
+                _add_vectors(files, delta, index, live, located, path)
         if rows.num_rows:
             for partition, part in layout.split(rows):
                 delta.addRows(data_file(files, write(part, "upsert"), partition))
-        if deleted.num_rows:
-            gateway: Any = spark.sparkContext._gateway
-            field_ids = gateway.new_array(jvm.int, len(keys))
-            for i, name in enumerate(keys):
-                field_ids[i] = table.schema().findField(name).fieldId()
-            # Partition-scoped deletes where a key's row cannot change partition, else
-            # global ones (partitions.py).
-            scoped = layout.unpartitioned or layout.keyed
-            spec = table.spec() if scoped else unpartitioned_spec(table)
-            for partition, keys_part in layout.split(deleted) if scoped else [((), deleted)]:
-                builder = iceberg.FileMetadata.deleteFileBuilder(spec).ofEqualityDeletes(field_ids)
-                written_keys = write(keys_part, "eq-delete")
-                delta.addDeletes(built_file(builder, files, written_keys, spec, partition))
         for key, value in summary.items():
             delta.set(key, value)
         delta.commit()
     except Exception as exc:
         discard_uncommitted(exc, files, written)
         raise
+    for location, frame in added:
+        index.remember(location, frame)  # read back otherwise, by the next commit
     return time.monotonic() - started
+
+
+def _add_vectors(
+    files: TableFiles,
+    delta: Any,
+    index: KeyIndex,
+    live: Sequence[LiveFile],
+    located: Mapping[str, BitMap64],
+    path: str,
+) -> None:
+    """Write one Puffin file at ``path`` with a vector per data file of ``located`` (its
+    earlier vector merged in) and add them to ``delta``, replacing the earlier ones."""
+    by_location = {f.location: f for f in live}
+    merged: list[tuple[str, BitMap64]] = []
+    for location, positions in sorted(located.items()):
+        earlier = by_location[location].vector
+        merged.append((location, positions | index.vector(earlier) if earlier else positions))
+    puffin = puffin_file(merged)
+    size = files.write_bytes(puffin.content, path)
+    partitions = _Partitions(files)
+    referenced = files.jvm.java.util.ArrayList()
+    for blob in puffin.blobs:
+        data = by_location[blob.referenced]
+        delta.addDeletes(
+            partitions.vector(
+                data, files.uri(path), size, blob.offset, blob.length, blob.cardinality
+            )
+        )
+        if data.vector is not None:
+            earlier = data.vector
+            delta.removeDeletes(
+                partitions.vector(
+                    data,
+                    earlier.location,
+                    earlier.size,
+                    earlier.offset,
+                    earlier.length,
+                    earlier.cardinality,
+                )
+            )
+        referenced.add(blob.referenced)
+    # Every file deleted from must still be the table's when this commits: a rewrite
+    # that replaced one makes this commit a conflict, planned again from the new files.
+    delta.validateDataFilesExist(referenced)
+    delta.validateDeletedFiles()
+    delta.validateNoConflictingDeleteFiles()
+
+
+class _Partitions:
+    """Java ``DeleteFile`` entries of vectors in the spec and partition of their data file
+    (the partition's values read from the manifest by pyiceberg, handed over in Iceberg's
+    single-value serialization; text as it is, which Java holds as a ``String``)."""
+
+    def __init__(self, files: TableFiles) -> None:
+        self._files = files
+        self._iceberg = files.jvm.org.apache.iceberg
+        self._specs = files.table.specs()
+        self._types: dict[int, tuple[Any, Any]] = {}
+
+    def vector(
+        self, data: LiveFile, location: str, size: int, offset: int, length: int, rows: int
+    ) -> Any:
+        spec = self._specs.get(data.spec_id)
+        builder = (
+            self._iceberg.FileMetadata.deleteFileBuilder(spec)
+            .ofPositionDeletes()
+            .withFormat(self._iceberg.FileFormat.PUFFIN)
+            .withPath(location)
+            .withFileSizeInBytes(size)
+            .withRecordCount(rows)
+            .withReferencedDataFile(data.location)
+            .withContentOffset(offset)
+            .withContentSizeInBytes(length)
+        )
+        if not spec.isUnpartitioned():
+            builder = builder.withPartition(self._partition(spec, data))
+        return builder.build()
+
+    def _partition(self, spec: Any, data: LiveFile) -> Any:
+        kinds = self._types.get(data.spec_id)
+        if kinds is None:
+            iceberg = self._iceberg
+            spec_json = str(iceberg.PartitionSpecParser.toJson(spec))
+            parsed = PartitionSpec.model_validate_json(spec_json)
+            python = parsed.partition_type(schema_of(iceberg, self._files.table))
+            kinds = self._types[data.spec_id] = (spec.partitionType(), python)
+        java, python = kinds
+        partition = self._iceberg.PartitionData(java)
+        buffer = self._files.jvm.java.nio.ByteBuffer
+        for i, field in enumerate(python.fields):
+            value = data.partition[i]
+            if value is not None and not isinstance(field.field_type, StringType):
+                serialized = to_bytes(field.field_type, value)
+                value = self._iceberg.types.Conversions.fromByteBuffer(
+                    java.fields().get(i).type(), buffer.wrap(bytearray(serialized))
+                )
+            partition.set(i, value)
+        return partition

@@ -21,7 +21,7 @@ from harness import Stack
 from services.maintainer.execute import MaintenanceExecutor
 from services.maintainer.identifiers import parse_table
 from services.maintainer.inspect import TableInspector
-from services.maintainer.policy import MaintenancePolicy
+from services.maintainer.policy import COMPACTION_OPTIONS, MaintenancePolicy
 from services.maintainer.runner import SparkProcedureRunner
 from shared.catalog import open_catalog
 from shared.events import MaintenanceAction, MaintenanceRequest, MaintenanceResult
@@ -102,33 +102,32 @@ def executor_with_lease(
 def upsert(
     spark: Any,
     table: str,
-    model: dict[int, tuple[str, str]],
-    keys: list[int],
-    gone: list[bool],
-    step: int,
+    changes: list[tuple[int, str | None]],
+    indexes: dict[str, Any] | None = None,
 ) -> None:
-    """One commit on iceberg-writer's upsert path (equality deletes of ``keys``, their rows
-    with value ``u<step>`` except where ``gone``), applied to ``model`` too."""
+    """One commit on iceberg-writer's upsert path (``upserts.py``: the rows, and deletion
+    vectors of the stored rows of their keys); a value of None deletes the key."""
     import pyarrow as pa
 
     from services.iceberg_writer.types import STAGING_FLAG
     from services.iceberg_writer.upserts import write_upserts
 
-    value = f"u{step}"
     batch = pa.table(
         {
-            "id": pa.array(keys, pa.int64()),
-            "region": [region(k) for k in keys],
-            "v": [value for _ in keys],
-            STAGING_FLAG: gone,
+            "id": pa.array([k for k, _ in changes], pa.int64()),
+            "region": [region(k) for k, _ in changes],
+            "v": [v or "" for _, v in changes],
+            STAGING_FLAG: [v is None for _, v in changes],
         }
     )
-    write_upserts(spark, f"icefjord.{table}", batch, ["id"], {"icefjord.step": str(step)})
-    for key, deleted in zip(keys, gone, strict=True):
-        if deleted:
-            model.pop(key, None)
-        else:
-            model[key] = (region(key), value)
+    write_upserts(spark, f"icefjord.{table}", batch, ["id"], {}, indexes=indexes)
+
+
+def read_by_pyiceberg(stack: Stack, table: str) -> dict[int, tuple[str, str]]:
+    """``table``'s rows as pyiceberg scans them (it applies deletion vectors, and refuses
+    equality deletes)."""
+    rows = open_catalog(stack.catalog).load_table(table).scan().to_arrow().to_pylist()
+    return {r["id"]: (r["region"], r["v"]) for r in rows}
 
 
 def request(table: str, action: MaintenanceAction, **options: str) -> MaintenanceRequest:
@@ -375,7 +374,7 @@ def test_v3_compaction_one_partition_per_lease_leaves_no_deletion_vector_behind(
     """The policy's options for a format-v3 table (no ``remove-dangling-deletes``): the
     deletion vectors of the rewritten files go with them. Under the lease, a whole-table
     compaction runs one partition at a time, and the rows stay the same."""
-    from services.maintainer.policy import COMPACTION_OPTIONS, DANGLING_DELETES_OPTION
+    from services.maintainer.policy import DANGLING_DELETES_OPTION
 
     table = make_fragmented(spark, f"{namespace}.vectors", version=3)
     before = contents(spark, table)
@@ -498,14 +497,25 @@ def test_no_lost_duplicated_or_resurrected_row_under_a_running_writer(
     )
 
 
+@pytest.mark.parametrize("path", ["merge", "upsert"])
 def test_with_the_lease_compaction_wins_against_updates_spread_over_every_file(
-    stack: Stack, spark: Any, namespace: str
+    stack: Stack, spark: Any, namespace: str, path: str
 ) -> None:
     """Updates spread evenly over the table delete rows in nearly every data file at every
     commit, so an uncoordinated rewrite keeps losing to them. With the compaction lease
-    (shared/lease.py) honoured by the writer, as iceberg-writer does, every compaction
-    commits, the writer goes on afterwards, and the table equals the writer's model."""
+    (shared/lease.py) honoured by the writer, as iceberg-writer does on its MERGE and its
+    upsert path (whose deletion vectors a rewrite must not miss either), every compaction
+    commits, the writer goes on afterwards, and the table equals the writer's model, read
+    by Spark and by pyiceberg."""
     table = f"{namespace}.spread"
+    indexes: dict[str, Any] = {}
+
+    def write(changes: list[tuple[int, str | None]]) -> None:
+        if path == "merge":
+            merge(spark, table, changes)
+        else:
+            upsert(spark, table, changes, indexes)
+
     create_table(spark, table, 3)
     model: dict[int, tuple[str, str]] = {k: (region(k), "v0") for k in range(120)}
     append(spark, table, [(k, r, v) for k, (r, v) in model.items()], {"changes:0": 120})
@@ -530,7 +540,7 @@ def test_with_the_lease_compaction_wins_against_updates_spread_over_every_file(
                 changes = [(k, None if rng.random() < 0.2 else f"w{step}") for k in keys]
                 for _attempt in range(20):
                     try:
-                        merge(spark, table, changes)
+                        write(changes)
                         break
                     except Exception as exc:  # lost a race to a rewrite in flight: again
                         if "ValidationException" not in str(exc) and "CommitFailed" not in str(exc):
@@ -576,6 +586,8 @@ def test_with_the_lease_compaction_wins_against_updates_spread_over_every_file(
     assert stats["commits"] > commits_after_maintenance, "the writer did not go on afterwards"
     assert LEASE_PROPERTY not in catalog.load_table(table).properties
     assert contents(spark, table) == model
+    if path == "upsert":
+        assert read_by_pyiceberg(stack, table) == model
     print(f"\nlease: writer {stats}, results {[(r.status.value, r.message) for r in results]}")
 
 
@@ -584,20 +596,18 @@ def test_with_the_lease_compaction_wins_against_updates_spread_over_every_file(
     [None, "region", "bucket(4, id)"],
     ids=["unpartitioned", "partitioned-by-value", "partitioned-by-key"],
 )
-def test_compaction_applies_the_writers_equality_deletes_and_drops_them(
-    spark: Any, executor: MaintenanceExecutor, namespace: str, partition_by: str | None
+def test_compaction_applies_the_writers_deletion_vectors_and_drops_them(
+    stack: Stack,
+    spark: Any,
+    executor: MaintenanceExecutor,
+    namespace: str,
+    partition_by: str | None,
 ) -> None:
-    """The writer's upsert path (``upserts.py``) commits equality deletes; a compaction with
-    the policy's options for them rewrites every file they touch, and then no delete file
-    is left: the executor removes the global ones (Iceberg leaves those, the only kind of
-    an unpartitioned table and the writer's in a table partitioned by a value), Iceberg's
-    remove-dangling-deletes the partition-scoped ones."""
-    from services.maintainer.policy import (
-        COMPACTION_OPTIONS,
-        EQUALITY_DELETES_OPTION,
-        with_equality_deletes,
-    )
-
+    """The writer's upsert path (``upserts.py``) deletes stored rows with deletion vectors:
+    at most one per data file, merged commit after commit, in the data file's partition
+    (an update that moves a key to another partition deletes where the row was). pyiceberg
+    reads the table equal to Spark at every step; a compaction rewriting the files with
+    deletes leaves no vector behind."""
     table = f"{namespace}.upserted"
     partitioned = f"PARTITIONED BY ({partition_by})" if partition_by else ""
     spark.sql(
@@ -608,105 +618,37 @@ def test_compaction_applies_the_writers_equality_deletes_and_drops_them(
     append(spark, table, [(k, region(k), "v0") for k in range(40)])
     model = {k: (region(k), "v0") for k in range(40)}
     rng = random.Random(11)
+    indexes: dict[str, Any] = {}
     for step in range(6):
         keys = rng.sample(range(50), 8)
-        deleted = [k % 4 == 0 for k in keys]
-        upsert(spark, table, model, keys, deleted, step)
-    assert contents(spark, table) == model
-    kinds = spark.sql(f"SELECT content FROM icefjord.{table}.delete_files").collect()
-    if partition_by == "bucket(4, id)":  # one per partition a commit's keys fall in
-        assert len(kinds) > 6 and {r.content for r in kinds} == {2}
-    else:
-        assert [r.content for r in kinds] == [2] * 6, "each commit has one equality delete"
-    options = with_equality_deletes({**COMPACTION_OPTIONS, EQUALITY_DELETES_OPTION: "1"})
+        changes = [(k, None if k % 4 == 0 else f"u{step}") for k in keys]
+        upsert(spark, table, changes, indexes)
+        for key, value in changes:
+            if value is None:
+                model.pop(key, None)
+            else:
+                model[key] = (region(key), value)
+        assert read_by_pyiceberg(stack, table) == contents(spark, table) == model
+    same = "d.partition = f.partition" if partition_by else "f.file_path IS NOT NULL"
+    vectors = spark.sql(
+        f"""SELECT d.content, d.file_format, d.referenced_data_file, {same} AS same_partition
+            FROM icefjord.{table}.delete_files d
+            LEFT JOIN icefjord.{table}.data_files f ON d.referenced_data_file = f.file_path"""
+    ).collect()
+    assert vectors, "the upserts deleted nothing"
+    assert {(v.content, v.file_format) for v in vectors} == {(1, "PUFFIN")}
+    assert all(v.same_partition for v in vectors), "a vector outside its file's partition"
+    referenced = [v.referenced_data_file for v in vectors]
+    assert len(referenced) == len(set(referenced)), "two vectors for one data file"
     result = executor.execute(
-        request(table, MaintenanceAction.COMPACT_DATA_FILES, **options), MaintenancePolicy()
+        request(
+            table,
+            MaintenanceAction.COMPACT_DATA_FILES,
+            **{**COMPACTION_OPTIONS, "delete-file-threshold": "1"},
+        ),
+        MaintenancePolicy(),
     )
     assert result.status is Status.SUCCEEDED, result
-    assert contents(spark, table) == model
+    assert read_by_pyiceberg(stack, table) == contents(spark, table) == model
     left = spark.sql(f"SELECT count(*) AS n FROM icefjord.{table}.delete_files").first().n
-    assert left == 0, "equality deletes left behind after the compaction"
-    partitions = spark.sql(f"SELECT count(*) AS n FROM icefjord.{table}.partitions").first().n
-    assert result.files_after == partitions
-
-
-def test_upsert_commits_go_in_under_the_lease_and_every_compaction_still_commits(
-    stack: Stack, spark: Any, namespace: str
-) -> None:
-    """The writer's upsert path only adds files (rows, and equality deletes of their keys),
-    so it commits under the compaction lease (``Path.waits_for_lease``). Iceberg's rewrite
-    validation ignores equality deletes newer than the rewrite's starting snapshot, whose
-    sequence number the rewritten files keep, so those deletes still apply to them: every
-    compaction commits at its first attempt, and the table equals the writer's model."""
-    from services.iceberg_writer.tables import DEFAULT_PROPERTIES
-    from services.maintainer.policy import (
-        COMPACTION_OPTIONS,
-        EQUALITY_DELETES_OPTION,
-        with_equality_deletes,
-    )
-
-    table = f"{namespace}.upserted_under_lease"
-    retries = DEFAULT_PROPERTIES["commit.retry.num-retries"]  # as the writer creates tables
-    spark.sql(
-        f"""CREATE TABLE icefjord.{table} (id BIGINT NOT NULL, region STRING, v STRING)
-        USING iceberg TBLPROPERTIES ('format-version'='3', 'write.merge.mode'='merge-on-read',
-                                     'commit.retry.num-retries'='{retries}')"""
-    )
-    model: dict[int, tuple[str, str]] = {k: (region(k), "v0") for k in range(120)}
-    append(spark, table, [(k, r, v) for k, (r, v) in model.items()])
-    catalog = open_catalog(stack.catalog)
-    leased_executor = executor_with_lease(stack, spark, catalog, settle_s=0.5)
-    stop = threading.Event()
-    stats = {"commits": 0, "under_lease": 0}
-    failure: list[BaseException] = []
-
-    def lease_held() -> bool:
-        return leased(catalog.load_table(table).properties, int(time.time() * 1000))
-
-    def writer() -> None:
-        rng = random.Random(7)
-        step = 0
-        try:
-            while not stop.is_set():
-                step += 1
-                # One key from every tenth of the key space (a new key now and then), a
-                # fifth of them deleted: every stored file is touched at every commit.
-                keys = [tenth * 13 + rng.randrange(13) for tenth in range(10)]
-                gone = [rng.random() < 0.2 for _ in keys]
-                before = lease_held()
-                upsert(spark, table, model, keys, gone, step)
-                if before and lease_held():
-                    stats["under_lease"] += 1
-                stats["commits"] += 1
-                stop.wait(0.5)  # twice a second: iceberg-writer's fastest cadence per table
-        except BaseException as exc:
-            failure.append(exc)
-
-    thread = threading.Thread(target=writer, name="writer", daemon=True)
-    thread.start()
-    options = with_equality_deletes(
-        {**COMPACTION_OPTIONS, EQUALITY_DELETES_OPTION: "1", "min-input-files": "2"}
-    )
-    try:
-        # Three rounds at least; more (up to eight) until a commit has gone in under a lease.
-        results = compact_while_writing(
-            leased_executor,
-            table,
-            options,
-            rounds=8,
-            pause_s=2,
-            enough=lambda done: len(done) >= 3 and stats["under_lease"] > 0,
-            failure=failure,
-        )
-    finally:
-        stop.set()
-        thread.join(timeout=120)
-    assert not failure, failure
-    assert len(results) >= 3
-    for result in results:
-        assert result.status is Status.SUCCEEDED, results
-        assert "attempts" not in (result.message or ""), f"a rewrite had to retry: {result}"
-    assert stats["under_lease"] > 0, "no commit went in under a lease: it proved nothing"
-    assert LEASE_PROPERTY not in catalog.load_table(table).properties
-    assert contents(spark, table) == model
-    print(f"\nupserts under the lease: {stats}, results {[r.message for r in results]}")
+    assert left == 0, "deletion vectors left behind after the compaction"

@@ -14,6 +14,7 @@ import pytest
 from changes_support import (
     Event,
     assert_equal_to_model,
+    assert_readable_by_pyiceberg,
     change_schema,
     control_events,
     table_rows,
@@ -173,7 +174,7 @@ def test_commit_carries_offsets_and_publishes_commit_done(
     assert data_commits, "no commit carries offsets"
     # The first batch goes into the empty table as a plain append. When the 200 reads reach
     # the writer in more than one batch, the later ones are newer than every stored row:
-    # upserts (equality deletes and rows), never the MERGE.
+    # upserts (rows, and deletion vectors of the stored rows), never the MERGE.
     assert data_commits[0]["operation"] == "append", "the first batch must append"
     assert {path for path, n in commits_by_path(writer, table).items() if n} <= {"append", "upsert"}
     events = control_events(stack, settings_.control_topic)
@@ -187,8 +188,8 @@ def test_commit_carries_offsets_and_publishes_commit_done(
     producer_for(stack, change_topic).send(schema, later + stale)
     run_until_caught_up(writer)
     assert_equal_to_model(spark, table, history + later + stale)
-    # Changes newer than every stored row go in without a join: equality deletes of their
-    # keys plus their rows. A replay after them still changes nothing.
+    # Changes newer than every stored row go in without a join: deletion vectors of their
+    # keys' stored rows plus their rows. A replay after them still changes nothing.
     newer = [Event(500 + i, "UPDATE", i, name=f"v{i}") for i in range(1, 31)]
     newer += [Event(600 + i, "DELETE", i) for i in range(31, 41)]
     newer += [Event(700 + i, "CREATE", i, name=f"c{i}") for i in range(51, 56)]
@@ -208,8 +209,10 @@ def test_commit_carries_offsets_and_publishes_commit_done(
         if isinstance(e, CommitDone) and e.table == table
     )
     assert reported == Counter(commits_by_path(writer, table))
-    kinds = spark.sql(f"SELECT content FROM icefjord.{table}.delete_files").collect()
-    assert {row["content"] for row in kinds} >= {2}, "the upserts wrote no equality deletes"
+    kinds = spark.sql(f"SELECT content, file_format FROM icefjord.{table}.delete_files").collect()
+    assert kinds, "the upserts deleted nothing"
+    assert {(r["content"], r["file_format"]) for r in kinds} == {(1, "PUFFIN")}
+    assert_readable_by_pyiceberg(stack, spark, table)
     # A clean stop leaves the group, so a successor is not kept waiting for this member.
     assert writer._data.assignment()
     writer.close()
@@ -254,18 +257,17 @@ def test_a_new_tables_first_rows_are_appended_by_arrow_where_the_table_allows(
 
 
 @pytest.mark.parametrize(
-    ("spec", "scoped"),
-    [("bucket(4, id)", True), ("truncate(2, name)", False)],
+    "spec",
+    ["bucket(4, id)", "truncate(2, name)"],
     ids=["partitioned-by-key", "partitioned-by-value"],
 )
 def test_partitioned_tables_take_the_upsert_path_and_end_equal_to_the_model(
-    stack: Stack, spark: Any, change_topic: str, spec: str, scoped: bool
+    stack: Stack, spark: Any, change_topic: str, spec: str
 ) -> None:
-    """Partitioned tables commit without a join too. Partitioned by the key, a key's row
-    never changes partition, and each delete file is scoped to one; partitioned by a value
-    an update changes (the names here move every row to another partition), the deletes
-    are global: written with the table's unpartitioned spec, so the old row goes wherever
-    it was."""
+    """Partitioned tables commit without a join too. Each deletion vector is in the spec
+    and partition of the data file it deletes from: partitioned by a value an update
+    changes (the names here move every row to another partition), the old row is deleted
+    where it was, and the new one lands in its new partition."""
     table = change_topic.removeprefix("icefjord.changes.")
     schema = change_schema(*table.split("."))
     overrides: dict[str, Any] = {"tables": {table: {"partition_by": [spec]}}}
@@ -284,20 +286,16 @@ def test_partitioned_tables_take_the_upsert_path_and_end_equal_to_the_model(
     run_until_caught_up(writer)
     history += later
     assert_equal_to_model(spark, table, history)
+    assert_readable_by_pyiceberg(stack, spark, table)
     assert commits_by_path(writer, table).get("upsert", 0) >= 1
-    deletes = spark.sql(
-        f"SELECT spec_id, partition FROM icefjord.{table}.delete_files WHERE content = 2"
+    vectors = spark.sql(
+        f"""SELECT d.content, d.file_format, d.spec_id = f.spec_id AND d.partition = f.partition
+            AS beside FROM icefjord.{table}.delete_files d
+            LEFT JOIN icefjord.{table}.data_files f ON d.referenced_data_file = f.file_path"""
     ).collect()
-    assert deletes
-    loaded = spark.sparkContext._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-        spark._jsparkSession, f"icefjord.{table}"
-    )
-    unpartitioned = {int(s.specId()) for s in loaded.specs().values() if s.isUnpartitioned()}
-    if scoped:
-        assert {r["spec_id"] for r in deletes} == {int(loaded.spec().specId())}
-        assert unpartitioned == set()
-    else:
-        assert {r["spec_id"] for r in deletes} == unpartitioned != set()
+    assert vectors
+    assert {(v["content"], v["file_format"]) for v in vectors} == {(1, "PUFFIN")}
+    assert all(v["beside"] for v in vectors), "a vector outside its data file's partition"
 
 
 def test_the_new_tables_benchmark_times_a_burst_and_checks_every_table(stack: Stack) -> None:

@@ -479,13 +479,13 @@ def test_a_quiet_writer_has_no_commit_in_flight_to_wait_for() -> None:
     [
         ((), True),  # no commit seen: the writer may be waiting
         ((None,), True),  # a writer that does not say how it commits
-        (("upsert",), False),
+        (("upsert",), True),  # deletion vectors in stored files
         (("append",), False),
         (("merge",), True),
         (("insert",), True),
         (("replace",), True),
-        (("merge", "upsert"), False),  # the last commit counts
-        (("upsert", "merge"), True),
+        (("merge", "append"), False),  # the last commit counts
+        (("append", "merge"), True),
     ],
 )
 def test_the_executor_learns_whether_the_lease_holds_the_writer_back(

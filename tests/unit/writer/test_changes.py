@@ -504,10 +504,10 @@ def test_upsert_when_every_change_is_known_to_be_newer() -> None:
 
 
 def test_only_the_paths_that_delete_in_or_read_stored_files_wait_for_the_lease() -> None:
-    # A rewrite fails over position deletes or removed files; added rows and equality
-    # deletes (the upsert path) apply to the rewritten files by their sequence number.
+    # A rewrite fails over deletion vectors in its files (the MERGE's and the upsert
+    # path's) or removed files; an append to an empty table only adds files.
     waiting = {path for path in Path if path.waits_for_lease}
-    assert waiting == {Path.MERGE, Path.INSERT, Path.REPLACE}
+    assert waiting == {Path.MERGE, Path.INSERT, Path.REPLACE, Path.UPSERT}
 
 
 def test_bounds_admit_a_change_at_or_above_its_partitions_bound() -> None:
