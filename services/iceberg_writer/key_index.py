@@ -1,11 +1,13 @@
 """Where each key's stored row is: the data file and row position the upsert path deletes.
 
-An upsert replaces a key's stored row. Iceberg's format v3 records that as a deletion
-vector of the file holding the row (``deletion_vectors.py``), so the writer must know the
-file and position of every key it touches. The index reads them from the table itself:
+An upsert replaces a key's stored row. Iceberg records that as a delete of the row's
+position in the file holding it: a deletion vector in format v3 (``deletion_vectors.py``),
+a position delete file in format v2. So the writer must know the file and position of
+every key it touches. The index reads them from the table itself:
 
-- the live data files and their vectors come from the snapshot's manifests, each manifest
-  read once (manifests never change);
+- the live data files, their vectors and the position delete files come from the
+  snapshot's manifests, each manifest and each position delete file read once (files
+  never change), so that a position deleted already is not deleted again;
 - each data file's key columns are read once, by field id (a file never changes, and
   the writer's own files are remembered as they are written), with the lowest and highest
   key of a one-column key so that files outside a batch's key range are skipped;
@@ -19,7 +21,7 @@ the new snapshot added. Memory is the key columns of the live files (8 bytes a r
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,7 +94,7 @@ class StoredVector:
 
 @dataclass(frozen=True, slots=True)
 class LiveFile:
-    """A data file of the snapshot, with its vector if it has one."""
+    """A data file of the snapshot, with its deletion vector if it has one (format v3)."""
 
     location: str
     spec_id: int
@@ -110,7 +112,7 @@ class _Keys:
 
 
 class KeyIndex:
-    """The key positions of one table, for the upsert path's deletion vectors."""
+    """The key positions of one table, for the upsert path's deletes."""
 
     def __init__(self, io: FileIO, keys: Sequence[str], key_ids: Sequence[int]) -> None:
         self._io = io
@@ -119,6 +121,8 @@ class KeyIndex:
         self._manifests: dict[str, list[_Entry]] = {}
         self._keys: dict[str, _Keys] = {}
         self._vectors: dict[tuple[str, int], BitMap64] = {}
+        self._position_files: dict[str, dict[str, BitMap64]] = {}
+        """Format v2's position delete files: the positions each deletes, by data file."""
 
     def serves(self, keys: Sequence[str], key_ids: Sequence[int]) -> bool:
         """Whether this index is of the key ``keys`` with field ids ``key_ids``."""
@@ -127,9 +131,7 @@ class KeyIndex:
     def live_files(self, manifest_list: str) -> list[LiveFile]:
         """The data files of the snapshot whose manifest list is ``manifest_list``.
 
-        Raises ValueError when the snapshot holds position delete files that are not
-        vectors (a table upgraded from format v2): a new vector must merge them, and the
-        writer does not read them."""
+        Position delete files (format v2) are read once each, for :meth:`deleted`."""
         manifests = list(read_manifest_list(self._io.new_input(manifest_list)))
         present: dict[str, list[_Entry]] = {}
         for manifest in manifests:
@@ -140,6 +142,7 @@ class KeyIndex:
         self._manifests = present
         data: list[_Entry] = []
         vectors: dict[str, StoredVector] = {}
+        positional: list[str] = []
         for entries in present.values():
             for entry in entries:
                 file = entry.file
@@ -147,10 +150,9 @@ class KeyIndex:
                     data.append(entry)
                 elif file.content == DataFileContent.POSITION_DELETES:
                     referenced = entry.field("referenced_data_file")
-                    if file.file_format != FileFormat.PUFFIN or not referenced:
-                        raise ValueError(
-                            f"position delete file {file.file_path} is not a deletion vector"
-                        )
+                    if file.file_format != FileFormat.PUFFIN:
+                        positional.append(file.file_path)
+                        continue
                     vectors[referenced] = StoredVector(
                         file.file_path,
                         file.file_size_in_bytes,
@@ -172,7 +174,37 @@ class KeyIndex:
         self._keys = {k: v for k, v in self._keys.items() if k in locations}
         kept = {(v.location, v.offset) for v in vectors.values()}
         self._vectors = {k: v for k, v in self._vectors.items() if k in kept}
+        self._position_files = {p: self._positions_of(p) for p in positional}
         return live
+
+    def remember_deletes(self, location: str, deleted: Mapping[str, BitMap64]) -> None:
+        """The positions a position delete file just written at ``location`` deletes."""
+        self._position_files[location] = dict(deleted)
+
+    def deleted(self, file: LiveFile) -> BitMap64:
+        """The positions of ``file`` that its vector or position delete files delete."""
+        dead = BitMap64(self.vector(file.vector)) if file.vector is not None else BitMap64()
+        for positions in self._position_files.values():
+            more = positions.get(file.location)
+            if more is not None:
+                dead |= more
+        return dead
+
+    def _positions_of(self, location: str) -> dict[str, BitMap64]:
+        cached = self._position_files.get(location)
+        if cached is None:
+            with self._io.new_input(location).open() as source:
+                rows = pq.read_table(source, columns=["file_path", "pos"])
+            grouped = rows.group_by("file_path").aggregate([("pos", "list")])
+            cached = {
+                path: BitMap64(positions)
+                for path, positions in zip(
+                    grouped.column("file_path").to_pylist(),
+                    grouped.column("pos_list").to_pylist(),
+                    strict=True,
+                )
+            }
+        return cached
 
     def remember(self, location: str, keys: pa.Table) -> None:
         """The key columns of a data file just written at ``location``, in its row order."""
@@ -212,8 +244,7 @@ class KeyIndex:
         by_location = {f.location: f for f, _ in candidates}
         fresh: dict[str, BitMap64] = {}
         for location, hits in found.items():
-            vector = by_location[location].vector
-            new = hits - self.vector(vector) if vector is not None else hits
+            new = hits - self.deleted(by_location[location])
             if new:
                 fresh[location] = new
         return fresh

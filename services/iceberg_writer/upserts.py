@@ -117,6 +117,7 @@ def write_upserts(
     codec = parquet_codec(table)
     written: list[str] = []
     added: list[tuple[str, pa.Table]] = []
+    remembered: list[tuple[str, dict[str, BitMap64]]] = []
 
     def write(frame: pa.Table, prefix: str) -> WrittenFile:
         path = files.new_path(prefix)
@@ -142,9 +143,15 @@ def write_upserts(
             live = index.live_files(str(base.manifestListLocation()))
             located = index.positions(live, deleted)
             if located:
+                _validate_deletes_in(files, delta, located)
+            if located and int(table.operations().current().formatVersion()) >= 3:
                 path = files.new_path("dv", ".puffin")
                 written.append(path)
                 _add_vectors(files, delta, index, live, located, path)
+            elif located:
+                for path, positions in _add_position_deletes(files, delta, live, located, codec):
+                    written.append(path)
+                    remembered.append((files.uri(path), positions))
         if rows.num_rows:
             for partition, part in layout.split(rows):
                 delta.addRows(data_file(files, write(part, "upsert"), partition))
@@ -154,8 +161,10 @@ def write_upserts(
     except Exception as exc:
         discard_uncommitted(exc, files, written)
         raise
-    for location, frame in added:
-        index.remember(location, frame)  # read back otherwise, by the next commit
+    for location, frame in added:  # read back otherwise, by the next commit
+        index.remember(location, frame)
+    for location, positions in remembered:
+        index.remember_deletes(location, positions)
     return time.monotonic() - started
 
 
@@ -172,12 +181,10 @@ def _add_vectors(
     by_location = {f.location: f for f in live}
     merged: list[tuple[str, BitMap64]] = []
     for location, positions in sorted(located.items()):
-        earlier = by_location[location].vector
-        merged.append((location, positions | index.vector(earlier) if earlier else positions))
+        merged.append((location, positions | index.deleted(by_location[location])))
     puffin = puffin_file(merged)
     size = files.write_bytes(puffin.content, path)
     partitions = _Partitions(files)
-    referenced = files.jvm.java.util.ArrayList()
     for blob in puffin.blobs:
         data = by_location[blob.referenced]
         delta.addDeletes(
@@ -197,12 +204,80 @@ def _add_vectors(
                     earlier.cardinality,
                 )
             )
-        referenced.add(blob.referenced)
-    # Every file deleted from must still be the table's when this commits: a rewrite
-    # that replaced one makes this commit a conflict, planned again from the new files.
+
+
+def _validate_deletes_in(files: TableFiles, delta: Any, located: Mapping[str, BitMap64]) -> None:
+    """Make ``delta`` fail unless every data file it deletes from is still the table's
+    when it commits: a rewrite that replaced one makes the commit a conflict, planned
+    again from the new files (``committer.py``)."""
+    referenced = files.jvm.java.util.ArrayList()
+    for location in located:
+        referenced.add(location)
     delta.validateDataFilesExist(referenced)
     delta.validateDeletedFiles()
     delta.validateNoConflictingDeleteFiles()
+
+
+_FILE_PATH_ID = 2**31 - 1 - 101
+_POS_ID = 2**31 - 1 - 102
+_POSITION_DELETES = pa.schema(
+    [
+        pa.field("file_path", pa.string(), False, {b"PARQUET:field_id": str(_FILE_PATH_ID)}),
+        pa.field("pos", pa.int64(), False, {b"PARQUET:field_id": str(_POS_ID)}),
+    ]
+)
+"""Iceberg's position delete file schema (reserved field ids of ``file_path`` and ``pos``)."""
+
+
+def _add_position_deletes(
+    files: TableFiles,
+    delta: Any,
+    live: Sequence[LiveFile],
+    located: Mapping[str, BitMap64],
+    codec: str | None,
+) -> list[tuple[str, dict[str, BitMap64]]]:
+    """Format v2: one position delete file per partition of the data files in ``located``
+    (rows sorted by file and position, as the spec asks), added to ``delta``; the files
+    written, as ``fs`` names them, with the positions each deletes."""
+    iceberg = files.jvm.org.apache.iceberg
+    by_location = {f.location: f for f in live}
+    groups: dict[tuple[int, str], list[str]] = {}
+    for location in sorted(located):
+        data = by_location[location]
+        groups.setdefault((data.spec_id, repr(data.partition)), []).append(location)
+    partitions = _Partitions(files)
+    out: list[tuple[str, dict[str, BitMap64]]] = []
+    for locations in groups.values():
+        paths: list[str] = []
+        positions: list[int] = []
+        for location in locations:
+            deleted = list(located[location])
+            paths += [location] * len(deleted)
+            positions += deleted
+        frame = pa.Table.from_arrays(
+            [pa.array(paths, pa.string()), pa.array(positions, pa.int64())],
+            schema=_POSITION_DELETES,
+        )
+        path = files.new_path("pos-delete")
+        size = files.write(frame, path, codec)
+        data = by_location[locations[0]]
+        spec = partitions.spec(data.spec_id)
+        builder = (
+            iceberg.FileMetadata.deleteFileBuilder(spec)
+            .ofPositionDeletes()
+            .withFormat(iceberg.FileFormat.PARQUET)
+            .withPath(files.uri(path))
+            .withFileSizeInBytes(size)
+            .withRecordCount(frame.num_rows)
+            .withMetrics(files.metrics(path))
+        )
+        if len(locations) == 1:
+            builder = builder.withReferencedDataFile(locations[0])
+        if not spec.isUnpartitioned():
+            builder = builder.withPartition(partitions.partition(spec, data))
+        delta.addDeletes(builder.build())
+        out.append((path, {location: located[location] for location in locations}))
+    return out
 
 
 class _Partitions:
@@ -215,6 +290,9 @@ class _Partitions:
         self._iceberg = files.jvm.org.apache.iceberg
         self._specs = files.table.specs()
         self._types: dict[int, tuple[Any, Any]] = {}
+
+    def spec(self, spec_id: int) -> Any:
+        return self._specs.get(spec_id)
 
     def vector(
         self, data: LiveFile, location: str, size: int, offset: int, length: int, rows: int
@@ -232,10 +310,11 @@ class _Partitions:
             .withContentSizeInBytes(length)
         )
         if not spec.isUnpartitioned():
-            builder = builder.withPartition(self._partition(spec, data))
+            builder = builder.withPartition(self.partition(spec, data))
         return builder.build()
 
-    def _partition(self, spec: Any, data: LiveFile) -> Any:
+    def partition(self, spec: Any, data: LiveFile) -> Any:
+        """The Java partition of ``data`` in its ``spec``."""
         kinds = self._types.get(data.spec_id)
         if kinds is None:
             iceberg = self._iceberg

@@ -73,3 +73,12 @@ def test_a_file_the_writer_wrote_is_remembered_not_read(tmp_path: Path) -> None:
     index.remember(location, pa.table({"id": pa.array([7, 8], pa.int64()), "v": ["a", "b"]}))
     found = index.positions([live(location, 2)], pa.table({"id": pa.array([8], pa.int64())}))
     assert found == {location: BitMap64([1])}
+
+
+def test_positions_a_position_delete_file_deletes_are_left_out(tmp_path: Path) -> None:
+    a = data_file(tmp_path / "a.parquet", [1, 2, 3])
+    index = KeyIndex(PyArrowFileIO(), ["id"], [1])
+    index.remember_deletes(f"file://{tmp_path}/pos-delete.parquet", {a: BitMap64([0, 2])})
+    batch = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
+    assert index.positions([live(a, 3)], batch) == {a: BitMap64([1])}
+    assert index.deleted(live(a, 3)) == BitMap64([0, 2])
