@@ -26,7 +26,7 @@ help: ## Show this help
 $(BIN)/icefjord: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	$(BIN)/pip install --quiet -e '.[dev,bench,readers]'
 	@touch $@
 
 install: $(BIN)/icefjord ## Create the virtual environment and install Icefjord with dev tools
