@@ -12,6 +12,7 @@ S3_SUITE := tests/integration/test_writer.py \
 	tests/integration/test_writer_crash.py tests/integration/test_maintainer_execute.py \
 	tests/integration/test_maintainer_service.py \
 	tests/integration/test_demo_e2e.py::test_iceberg_equals_the_source_after_kills_and_a_broker_restart \
+	tests/integration/test_readers.py \
 	tests/integration/test_local_stack.py
 # Run again with Kafka's client listener SASL_SSL and the registry behind HTTPS with basic
 # auth: the refusals, the command lines, and one short demo through Debezium and the services.
