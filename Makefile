@@ -12,6 +12,7 @@ S3_SUITE := tests/integration/test_writer.py \
 	tests/integration/test_writer_crash.py tests/integration/test_maintainer_execute.py \
 	tests/integration/test_maintainer_service.py \
 	tests/integration/test_demo_e2e.py::test_iceberg_equals_the_source_after_kills_and_a_broker_restart \
+	tests/integration/test_readers.py \
 	tests/integration/test_local_stack.py
 # Run again with Kafka's client listener SASL_SSL and the registry behind HTTPS with basic
 # auth: the refusals, the command lines, and one short demo through Debezium and the services.
@@ -26,7 +27,7 @@ help: ## Show this help
 $(BIN)/icefjord: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	$(BIN)/pip install --quiet -e '.[dev,bench,readers]'
 	@touch $@
 
 install: $(BIN)/icefjord ## Create the virtual environment and install Icefjord with dev tools

@@ -127,7 +127,7 @@ def ensure_artifacts(settings: LocalSettings, progress: Callable[[str], None]) -
         return dist
     if not dist.resolved():
         progress("resolving components with Maven (first run downloads about 250 MB)")
-        _run_maven(settings, progress, profiles=())
+        resolve_with_maven(settings, progress, profiles=())
         dist = dist_for(settings)
         if not dist.resolved():
             raise ArtifactError(
@@ -216,7 +216,7 @@ def ensure_connect_artifacts(
         return connect
     if not (connect.resolved() and dist_for(settings).resolved()):
         progress("resolving Kafka Connect and Debezium with Maven (first run: about 15 MB more)")
-        _run_maven(settings, progress, profiles=("connect",))
+        resolve_with_maven(settings, progress, profiles=("connect",))
     if not connect.converter_jar.is_file():
         progress("building and testing the Connect converter (deploy/connect-json)")
         build = connect.converter_jar.parent
@@ -243,9 +243,11 @@ def ensure_connect_artifacts(
     return connect
 
 
-def _run_maven(
+def resolve_with_maven(
     settings: LocalSettings, progress: Callable[[str], None], profiles: tuple[str, ...]
 ) -> None:
+    """Run ``deploy/local/pom.xml`` with the configured versions and ``profiles`` (the
+    default profile's artifacts always come along); raise :class:`ArtifactError` on failure."""
     _maven(
         [
             "-f",
@@ -256,6 +258,7 @@ def _run_maven(
             f"-Dapicurio.version={settings.apicurio_version}",
             f"-Diceberg.version={settings.iceberg_version}",
             f"-Ddebezium.version={settings.debezium_version}",
+            f"-Dtrino.version={settings.trino_version}",
             *([f"-P{','.join(profiles)}"] if profiles else []),
             "process-resources",
         ],

@@ -93,6 +93,13 @@ class LocalSettings(BaseSettings):
     # threads used 5.1 CPU s in a 10,000/s phase that took 2.1 s with 1g.
     connect_heap: str = "1g"
     debezium_version: str = "3.2.3.Final"
+    # Trino for the readers (icefjord/readers/trino.py); not part of `local up`. 477 and
+    # later are refused by some Maven mirrors, and 476 runs on Java 24+ (Temurin 25 here).
+    trino_version: str = "476"
+    trino_port: int = 8095
+    # A 2-core machine shared with Kafka, Spark and the services: reading test tables
+    # needs little; Trino's own default (80% of RAM) would crowd everything else out.
+    trino_heap: str = "1G"
     normalizer_port: int = 9401
     compiled_services: bool = Field(
         default=True,
