@@ -93,6 +93,7 @@ def own_pipeline(stack: Stack, why: str, needs_postgres: bool = False) -> Iterat
         "watcher_port": free_port(),
         "writer_port": free_port(),
         "maintainer_port": free_port(),
+        "trino_port": free_port(),
     }
     # A stack whose catalog is in PostgreSQL shares that cluster with its demo, as `make
     # demo` does; it stays up for the session's other tests.

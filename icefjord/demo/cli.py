@@ -6,6 +6,7 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
+from icefjord.demo.engines import parse_engines
 from icefjord.demo.plan import WorkloadSpec
 from icefjord.demo.run import DemoError, DemoOptions, SourceChoice, print_summary, run_demo
 from icefjord.local.artifacts import ArtifactError
@@ -13,6 +14,7 @@ from icefjord.local.connect import ConnectError
 from icefjord.local.postgres import PostgresError
 from icefjord.local.settings import LocalSettings
 from icefjord.local.stack import StartError
+from icefjord.readers.trino import TrinoError
 
 EXIT_SETUP_FAILED = 2
 
@@ -43,11 +45,28 @@ def demo_command(
     stop_services: bool = typer.Option(
         False, "--stop-services/--keep-services", help="Stop the four services at the end."
     ),
+    readers: str = typer.Option(
+        "spark",
+        "--readers",
+        help="Engines that read every table at the end, comma-separated, or all: "
+        "spark, pyiceberg, pyiceberg-pandas, pyiceberg-duckdb, duckdb, trino.",
+    ),
+    probes: int = typer.Option(
+        0,
+        "--probes",
+        min=0,
+        help="Moments of the run at which every engine reads the same snapshots.",
+    ),
 ) -> None:
     """From PostgreSQL through Debezium to Iceberg with live progress; then prove every
     Iceberg table equals its source. Exit 1 if not, 2 if the demo could not be set up."""
     console = Console()
     choice = checked_source(source, snapshot, console)
+    try:
+        engines = parse_engines(readers)
+    except ValueError as exc:
+        console.print(f"[red]--readers:[/] {exc}")
+        raise typer.Exit(EXIT_SETUP_FAILED) from exc
     options = DemoOptions(
         source=choice,
         workload=WorkloadSpec(rate=rate, duration_s=duration, initial_rows=initial_rows, seed=seed),
@@ -57,10 +76,12 @@ def demo_command(
         faults=faults,
         catch_up_timeout_s=catch_up_timeout,
         stop_services=stop_services,
+        readers=engines,
+        probes=probes,
     )
     try:
         result = run_demo(LocalSettings(), options, console)
-    except (DemoError, StartError, ArtifactError, PostgresError, ConnectError) as exc:
+    except (DemoError, StartError, ArtifactError, PostgresError, ConnectError, TrinoError) as exc:
         console.print(f"[red]demo could not start:[/] {exc}")
         raise typer.Exit(EXIT_SETUP_FAILED) from exc
     print_summary(result, console)

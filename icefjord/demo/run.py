@@ -12,6 +12,7 @@ the broker once during the workload.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
@@ -30,6 +31,7 @@ from icefjord.demo.catchup import (
     end_offsets,
     iceberg_watermarks,
 )
+from icefjord.demo.engines import DemoEngines, Probe, demo_engines, probe_times
 from icefjord.demo.faults import FaultInjector, FaultRecord, plan_faults
 from icefjord.demo.plan import Planner, WorkloadSpec
 from icefjord.demo.progress import ProgressView, render, scrape_all
@@ -42,7 +44,7 @@ from icefjord.demo.source import (
     retire_earlier_runs,
 )
 from icefjord.demo.stall import describe_connector, stall_report
-from icefjord.demo.verify import VerifyReport, spark_reader, verify
+from icefjord.demo.verify import SourceTable, VerifyReport, spark_reader, verify
 from icefjord.demo.workload import WorkloadResult, paced
 from icefjord.local.artifacts import dist_for, ensure_connect_artifacts
 from icefjord.local.components import KafkaBroker
@@ -88,6 +90,10 @@ class DemoOptions:
     # (icefjord.bulk.load), with ``during_copy`` DML transactions running meanwhile.
     snapshot: Literal["debezium", "bulk"] = "debezium"
     during_copy: int = 0
+    # The engines that read every table after the run (icefjord.demo.engines.ENGINES;
+    # Spark always), and how many moments of the run they read at the same snapshots.
+    readers: tuple[str, ...] = ("spark",)
+    probes: int = 0
 
 
 @dataclass(frozen=True)
@@ -105,10 +111,19 @@ class DemoResult:
     freshness_p50_s: float | None
     freshness_p99_s: float | None
     faults: tuple[FaultRecord, ...] = ()
+    readers: dict[str, VerifyReport] = field(default_factory=dict)
+    """Each engine's comparison with the source (Spark's is ``report``)."""
+    probes: tuple[Probe, ...] = ()
 
     @property
     def ok(self) -> bool:
-        return self.caught_up and self.report.ok and self.dead_letters == 0
+        return (
+            self.caught_up
+            and self.report.ok
+            and self.dead_letters == 0
+            and all(r.ok for r in self.readers.values())
+            and all(p.ok for p in self.probes)
+        )
 
     @property
     def exit_code(self) -> int:
@@ -239,6 +254,7 @@ def run_demo(settings: LocalSettings, options: DemoOptions, console: Console) ->
         source_topic_prefix=options.topic_prefix,
         extra_env=options.service_env,
     )
+    stack = contextlib.ExitStack()
     try:
         start_services(services, options.service_start_timeout_s, log)
         planner = Planner(options.workload)
@@ -254,13 +270,24 @@ def run_demo(settings: LocalSettings, options: DemoOptions, console: Console) ->
         else:
             source.prepare(planner)
         view = ProgressView()
+        engines = None
+        if options.readers != ("spark",) or options.probes:
+            engines = stack.enter_context(demo_engines(settings, options.readers, log))
         with Live(console=console, refresh_per_second=1) as live:
-            workload, faults = _drive(settings, options, source, planner, services, view, live)
+            workload, faults, probes = _drive(
+                settings, options, source, planner, services, view, live, engines
+            )
             began = time.monotonic()
             done = _catch_up(settings, options, source, services, workload, view, live)
             catch_up_seconds = time.monotonic() - began
-        log("verifying every table against its source (Spark reads Iceberg)")
-        report = verify_source(settings, source)
+        readers: dict[str, VerifyReport] = {}
+        if engines is None:
+            log("verifying every table against its source (Spark reads Iceberg)")
+            report = verify_source(settings, source)
+        else:
+            log(f"verifying every table against its source, read by {', '.join(engines.engines)}")
+            readers = engines.verify(source.tables())
+            report = readers.pop("spark")
         dead = count_committed(
             kafka,
             options.dead_letter_topic,
@@ -278,8 +305,11 @@ def run_demo(settings: LocalSettings, options: DemoOptions, console: Console) ->
             freshness_p50_s=view.freshness_overall(0.5),
             freshness_p99_s=view.freshness_overall(0.99),
             faults=faults,
+            readers=readers,
+            probes=probes,
         )
     finally:
+        stack.close()
         source.close()
         if options.stop_services:
             for service in services:
@@ -294,9 +324,12 @@ def _drive(
     services: list[ServiceProcess],
     view: ProgressView,
     live: Live,
-) -> tuple[WorkloadResult, tuple[FaultRecord, ...]]:
+    engines: DemoEngines | None = None,
+) -> tuple[WorkloadResult, tuple[FaultRecord, ...], tuple[Probe, ...]]:
     """Run the timed workload in a thread (and the fault injector, if asked) while the live
-    table refreshes; return the workload's result and the faults injected."""
+    table refreshes; with ``engines``, read every table with each of them at
+    ``options.probes`` moments. Return the workload's result, the faults injected and the
+    probes."""
     stop = threading.Event()
     outcome: dict[str, WorkloadResult | BaseException] = {}
 
@@ -323,6 +356,9 @@ def _drive(
             faults, {s.name: s for s in services}, kafka, store=store, on_event=live.console.log
         )
     endpoints = {s.name: s.address() for s in services}
+    moments = probe_times(options.workload.duration_s, options.probes, options.workload.seed)
+    probes: list[Probe] = []
+    started = time.monotonic()
     worker.start()
     if injector is not None:
         injector.start()
@@ -331,6 +367,12 @@ def _drive(
             view.add(scrape_all(endpoints, source.progress.row_changes))
             supervise(source, services, live)
             live.update(render(view, f"workload ({source.kind} -> Iceberg)"))
+            elapsed = time.monotonic() - started
+            if engines is not None and moments and elapsed >= moments[0]:
+                moments.pop(0)
+                probe = engines.probe(_source_tables(source), elapsed)
+                probes.append(probe)
+                live.console.log(probe.describe())
             worker.join(options.refresh_s)
     except BaseException:
         stop.set()
@@ -340,9 +382,25 @@ def _drive(
     error = outcome.get("error")
     if isinstance(error, BaseException):
         raise error
+    while engines is not None and moments:  # due while a probe ran: still mid-pipeline
+        probe = engines.probe(_source_tables(source), time.monotonic() - started)
+        moments.pop(0)
+        probes.append(probe)
+        live.console.log(probe.describe())
     result = outcome["result"]
     assert isinstance(result, WorkloadResult)
-    return result, tuple(injector.records) if injector is not None else ()
+    return result, tuple(injector.records) if injector is not None else (), tuple(probes)
+
+
+def _source_tables(source: DemoSource) -> list[SourceTable]:
+    """The source's tables while the workload changes them (the generator's model may
+    change size under a read: read again)."""
+    for _attempt in range(5):
+        try:
+            return source.tables()
+        except RuntimeError:  # a dict changed size during iteration
+            time.sleep(0.05)
+    return source.tables()
 
 
 def supervise(source: DemoSource, services: list[ServiceProcess], live: Live) -> None:
@@ -530,6 +588,18 @@ def print_summary(result: DemoResult, console: Console) -> None:
             f"fault {mark} at {record.happened_at_s:.0f}s: {record.fault.kind} "
             f"{record.fault.target} ({record.detail})"
         )
+    for engine, report in result.readers.items():
+        verdict = "[green]equal[/]" if report.ok else "[red]DIFFERENT[/]"
+        console.print(f"read by {engine}: every table {verdict} to its source")
+        for t in report.tables:
+            for sample in t.samples:
+                console.print(f"  [red]{engine} {t.table}[/]: {sample}")
+    for probe in result.probes:
+        console.print(probe.describe())
+        for engine, report in probe.reports.items():
+            for t in report.tables:
+                for sample in t.samples:
+                    console.print(f"  [red]{engine} {t.table}[/]: {sample}")
     if result.ok:
         console.print("[green]Every Iceberg table equals its source.[/]")
     else:

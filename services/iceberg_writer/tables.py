@@ -56,7 +56,11 @@ SCHEMA_IDS_PROPERTY = "icefjord.schema.ids"
 SCHEMA_VERSION_PROPERTY = "icefjord.schema.version"
 
 DEFAULT_PROPERTIES: Mapping[str, str] = {
-    "format-version": "3",
+    # Format v2: its deletes are position delete files, which every engine reads (Spark,
+    # Trino 476, pyiceberg, DuckDB). v3 stores them as deletion vectors, which Trino reads
+    # only from a release after 476; a table's `properties` may still ask for "3", and the
+    # writer then writes deletion vectors (upserts.py, docs/readers.md).
+    "format-version": "2",
     "write.delete.mode": "merge-on-read",
     "write.update.mode": "merge-on-read",
     "write.merge.mode": "merge-on-read",

@@ -24,8 +24,8 @@ from services.maintainer.procedures import (
 )
 from shared.spark import scratch_catalog
 
-_PROPERTIES = {
-    "format-version": "3",
+_PROPERTIES = {  # as iceberg-writer creates tables (its DEFAULT_PROPERTIES)
+    "format-version": "2",
     "write.delete.mode": "merge-on-read",
     "write.update.mode": "merge-on-read",
     "write.merge.mode": "merge-on-read",
@@ -50,7 +50,7 @@ def warm_up(spark: SparkSession) -> float:
                 f"INSERT INTO {target} SELECT id, CAST(id AS STRING), CAST(id AS DECIMAL(12, 2)), "
                 f"TIMESTAMP '2026-01-01 00:00:00' FROM range({batch * 100}, {batch * 100 + 100})"
             )
-        spark.sql(f"DELETE FROM {target} WHERE id % 10 = 0")  # deletion vectors to apply
+        spark.sql(f"DELETE FROM {target} WHERE id % 10 = 0")  # position deletes to rewrite
         options = {"min-input-files": 2, "delete-file-threshold": 1}
         # The lease's property commits: the first in a fresh JVM is slow, and held.
         spark.sql(lease_sql(catalog, table, int(time.time() * 1000)))

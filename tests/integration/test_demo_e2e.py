@@ -20,6 +20,7 @@ import pytest
 from harness import Stack, command_lines_with, own_pipeline, stack_secrets
 from rich.console import Console
 
+from icefjord.demo.engines import ENGINES
 from icefjord.demo.plan import WorkloadSpec
 from icefjord.demo.run import DemoOptions, DemoResult, print_summary, run_demo
 from icefjord.local.connect import KafkaConnect
@@ -148,6 +149,48 @@ def test_iceberg_equals_the_source_after_kills_and_a_broker_restart(
     # broker outage makes a service wait and retry).
     assert _own_exits(e2e_settings) == []
     _assert_proven(result, transcript, e2e_settings)
+
+
+@pytest.mark.trino
+@pytest.mark.timeout(1500)
+def test_every_engine_reads_every_table_during_and_after_the_demo(
+    e2e_settings: LocalSettings,
+) -> None:
+    """While the demo runs, at three random moments, every engine (Spark, pyiceberg to
+    Arrow, pandas and DuckDB, DuckDB's iceberg extension, Trino) reads every table at the
+    same pinned snapshots and each read equals Spark's; after it, each equals the source.
+    The tables are the writer's own, with its deletes among them."""
+    from shared.catalog import open_catalog
+    from shared.settings import CatalogSettings
+
+    tag = uuid.uuid4().hex[:6]
+    options = DemoOptions(
+        workload=WorkloadSpec(rate=100, duration_s=90, initial_rows=300, seed=23),
+        schema=f"readers_{tag}",
+        topic_prefix=f"readers{tag}",
+        readers=ENGINES,
+        probes=3,
+        stop_services=True,
+    )
+    result, transcript = _run(e2e_settings, options)
+    _assert_proven(result, transcript, e2e_settings)
+    assert set(result.readers) == set(ENGINES) - {"spark"}
+    for engine, report in result.readers.items():
+        assert report.ok, (engine, [t.samples for t in report.tables])
+        assert {t.table.split(".")[-1] for t in report.tables} >= {"customers", "orders"}
+    assert len(result.probes) == 3
+    catalog = open_catalog(
+        CatalogSettings(name=e2e_settings.catalog_name, local_state_dir=e2e_settings.state)
+    )
+    deletes = 0
+    for probe in result.probes:
+        assert probe.ok, probe.describe()
+        assert len(probe.snapshots) >= 4
+        assert set(probe.reports) == set(ENGINES) - {"spark"}
+        for identifier, snapshot in probe.snapshots.items():
+            files = catalog.load_table(identifier).inspect.files(snapshot_id=snapshot)
+            deletes += sum(1 for content in files.column("content").to_pylist() if content == 1)
+    assert deletes > 0, "no probe met a delete file: the engines applied no deletes"
 
 
 @pytest.mark.timeout(1500)

@@ -1,10 +1,11 @@
-"""Every engine reads the same v3 tables, deletion vectors applied, as Spark does.
+"""Every engine reads the same tables, deletes applied, as Spark does.
 
-Spark writes two format-v3 tables (one unpartitioned, one by ``bucket(4, id)`` and
-``days(ts)``) with the demo's column kinds, then deletes, updates and merges with
-merge-on-read, so the deletes are Puffin deletion vectors. Each engine's rows are compared
-with Spark's through :func:`compare_table`, at the current snapshot and at the snapshot of
-the first insert.
+Spark writes two tables (one unpartitioned, one by ``bucket(4, id)`` and ``days(ts)``) with
+the demo's column kinds, in format v2 (Icefjord's default: the deletes are position delete
+files) and in format v3 (deletion vectors), then deletes, updates and merges with
+merge-on-read. Each engine's rows are compared with Spark's through :func:`compare_table`,
+at the current snapshot and at the snapshot of the first insert. The writer's own delete
+files are read by every engine in the writer's tests and the end-to-end demo.
 """
 
 from __future__ import annotations
@@ -39,10 +40,12 @@ DDL = (
     "id bigint NOT NULL, name string, amount decimal(14,2), qty int, ts timestamp, d date, "
     "ok boolean, x double, b binary, _icefjord_position bigint"
 )
-V3_MERGE_ON_READ = (
-    "'format-version'='3', 'write.delete.mode'='merge-on-read', "
+MERGE_ON_READ = (
+    "'write.delete.mode'='merge-on-read', "
     "'write.update.mode'='merge-on-read', 'write.merge.mode'='merge-on-read'"
 )
+DELETE_FORMAT = {2: "PARQUET", 3: "PUFFIN"}
+"""The delete files a Spark merge-on-read writes, by format version."""
 ROWS = 60
 
 
@@ -50,6 +53,7 @@ ROWS = 60
 class WrittenTable:
     namespace: str
     name: str
+    version: int
     first_snapshot: int
     """The snapshot of the first insert (no deletes yet)."""
 
@@ -66,11 +70,13 @@ def _row(i: int) -> str:
     )
 
 
-def _write(spark: Any, catalog: str, namespace: str, name: str, partitioning: str) -> WrittenTable:
+def _write(
+    spark: Any, catalog: str, namespace: str, name: str, partitioning: str, version: int
+) -> WrittenTable:
     table = f"{catalog}.{namespace}.{name}"
     spark.sql(
         f"CREATE TABLE {table} ({DDL}) USING iceberg {partitioning} "
-        f"TBLPROPERTIES ({V3_MERGE_ON_READ})"
+        f"TBLPROPERTIES ('format-version'='{version}', {MERGE_ON_READ})"
     )
     spark.sql(f"INSERT INTO {table} VALUES {', '.join(_row(i) for i in range(1, ROWS + 1))}")
     first = spark.sql(f"SELECT snapshot_id FROM {table}.snapshots").collect()[0][0]
@@ -87,16 +93,18 @@ def _write(spark: Any, catalog: str, namespace: str, name: str, partitioning: st
         f"WHEN NOT MATCHED THEN INSERT (id, qty, _icefjord_position) VALUES (s.id, s.qty, 0)"
     )
     formats = {r[0] for r in spark.sql(f"SELECT file_format FROM {table}.delete_files").collect()}
-    assert formats == {"PUFFIN"}, f"expected deletion vectors only, found {formats}"
-    return WrittenTable(namespace, name, first)
+    assert formats == {DELETE_FORMAT[version]}, f"format v{version} wrote {formats}"
+    return WrittenTable(namespace, name, version, first)
 
 
-@pytest.fixture
-def written(stack: Stack, spark: Any, namespace: str) -> list[WrittenTable]:
+@pytest.fixture(params=[2, 3], ids=["v2", "v3"])
+def written(stack: Stack, spark: Any, namespace: str, request: Any) -> list[WrittenTable]:
     catalog = stack.catalog.name
+    version = int(request.param)
+    parted = "PARTITIONED BY (bucket(4, id), days(ts))"
     return [
-        _write(spark, catalog, namespace, "plain", ""),
-        _write(spark, catalog, namespace, "parted", "PARTITIONED BY (bucket(4, id), days(ts))"),
+        _write(spark, catalog, namespace, "plain", "", version),
+        _write(spark, catalog, namespace, "parted", parted, version),
     ]
 
 
@@ -173,8 +181,9 @@ def trino_server(stack: Stack) -> Iterator[TrinoServer]:
 def test_trino_reads_what_spark_reads_and_names_the_deletion_vectors_it_cannot_read(
     stack: Stack, spark: Any, written: list[WrittenTable], trino_server: TrinoServer
 ) -> None:
-    """Trino 476 (the newest this network's Maven mirror serves) reads v3 tables but not
-    their deletion vectors: Trino's own support came later (trinodb/trino#27788)."""
+    """Trino 476 (the newest this network's Maven mirror serves) reads format v2 tables
+    with their position deletes, and v3 tables but not their deletion vectors: Trino's own
+    support came later (trinodb/trino#27788)."""
     settings = trino_server.settings
     catalog = stack.catalog.name
     for table in written:
@@ -185,6 +194,9 @@ def test_trino_reads_what_spark_reads_and_names_the_deletion_vectors_it_cannot_r
             engines.trino_reader(settings.host, settings.trino_port, catalog, first), source
         )
         current = engines.trino_reader(settings.host, settings.trino_port, catalog)
-        with pytest.raises(engines.ReaderError, match="PUFFIN"):
-            current(table.namespace, table.name)
+        if table.version == 2:
+            _assert_equal(current, _spark_source(spark, catalog, table, None))
+        else:
+            with pytest.raises(engines.ReaderError, match="PUFFIN"):
+                current(table.namespace, table.name)
         assert current(table.namespace, "no_such_table") is None

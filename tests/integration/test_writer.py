@@ -211,7 +211,8 @@ def test_commit_carries_offsets_and_publishes_commit_done(
     assert reported == Counter(commits_by_path(writer, table))
     kinds = spark.sql(f"SELECT content, file_format FROM icefjord.{table}.delete_files").collect()
     assert kinds, "the upserts deleted nothing"
-    assert {(r["content"], r["file_format"]) for r in kinds} == {(1, "PUFFIN")}
+    # Position deletes (format v2, the default): no equality delete for any engine to refuse.
+    assert {(r["content"], r["file_format"]) for r in kinds} == {(1, "PARQUET")}
     assert_readable_by_pyiceberg(stack, spark, table)
     # A clean stop leaves the group, so a successor is not kept waiting for this member.
     assert writer._data.assignment()
@@ -257,20 +258,22 @@ def test_a_new_tables_first_rows_are_appended_by_arrow_where_the_table_allows(
 
 
 @pytest.mark.parametrize(
-    "spec",
-    ["bucket(4, id)", "truncate(2, name)"],
-    ids=["partitioned-by-key", "partitioned-by-value"],
+    ("spec", "version"),
+    [("bucket(4, id)", 2), ("truncate(2, name)", 2), ("truncate(2, name)", 3)],
+    ids=["partitioned-by-key", "partitioned-by-value", "partitioned-by-value-v3"],
 )
 def test_partitioned_tables_take_the_upsert_path_and_end_equal_to_the_model(
-    stack: Stack, spark: Any, change_topic: str, spec: str
+    stack: Stack, spark: Any, change_topic: str, spec: str, version: int
 ) -> None:
-    """Partitioned tables commit without a join too. Each deletion vector is in the spec
-    and partition of the data file it deletes from: partitioned by a value an update
-    changes (the names here move every row to another partition), the old row is deleted
-    where it was, and the new one lands in its new partition."""
+    """Partitioned tables commit without a join too. Each delete file is in the spec and
+    partition of the data file it deletes from: partitioned by a value an update changes
+    (the names here move every row to another partition), the old row is deleted where it
+    was, and the new one lands in its new partition. Format v2 (the default) gets position
+    delete files, a table that asks for v3 deletion vectors."""
     table = change_topic.removeprefix("icefjord.changes.")
     schema = change_schema(*table.split("."))
-    overrides: dict[str, Any] = {"tables": {table: {"partition_by": [spec]}}}
+    layout = {"partition_by": [spec], "properties": {"format-version": str(version)}}
+    overrides: dict[str, Any] = {"tables": {table: layout}}
     writer = start_writer(writer_settings(stack, change_topic, **overrides))
     producer = producer_for(stack, change_topic)
     history = [Event(i, "CREATE", i, name=f"a{i}", amount="1.00") for i in range(1, 61)]
@@ -294,8 +297,9 @@ def test_partitioned_tables_take_the_upsert_path_and_end_equal_to_the_model(
             LEFT JOIN icefjord.{table}.data_files f ON d.referenced_data_file = f.file_path"""
     ).collect()
     assert vectors
-    assert {(v["content"], v["file_format"]) for v in vectors} == {(1, "PUFFIN")}
-    assert all(v["beside"] for v in vectors), "a vector outside its data file's partition"
+    kind = "PARQUET" if version == 2 else "PUFFIN"
+    assert {(v["content"], v["file_format"]) for v in vectors} == {(1, kind)}
+    assert all(v["beside"] for v in vectors), "a delete outside its data file's partition"
 
 
 def test_the_new_tables_benchmark_times_a_burst_and_checks_every_table(stack: Stack) -> None:
