@@ -228,9 +228,9 @@ class KeyIndex:
         if not candidates:
             return found
         if len(self._names) == 1:
-            column = pa.chunked_array(
-                [k.table.column(0).cast(values.type) for _, k in candidates], values.type
-            )
+            # Arrays, not chunked arrays: pyarrow converts those value by value in Python.
+            chunks = [c for _, k in candidates for c in k.table.column(0).cast(values.type).chunks]
+            column = pa.chunked_array(chunks, values.type)
             mask = pc.is_in(column, value_set=values)
             for (file, _), chunk in zip(candidates, _chunks(mask, candidates), strict=True):
                 hits = pc.indices_nonzero(chunk)
