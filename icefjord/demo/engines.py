@@ -79,6 +79,19 @@ class Probe:
         )
 
 
+def verify_session(settings: LocalSettings) -> Any:
+    """The SparkSession the demo verifies with (small: the services have their own)."""
+    from shared.settings import CatalogSettings
+    from shared.spark import SparkSettings, build_spark_session
+
+    jars = str(settings.dist_dir / f"spark-jars-{settings.iceberg_version}" / "*.jar")
+    return build_spark_session(
+        "icefjord-demo-verify",
+        SparkSettings(master="local[2]", driver_memory="1g", jars=jars),
+        CatalogSettings(name=settings.catalog_name, local_state_dir=settings.state),
+    )
+
+
 class DemoEngines:
     """The engines' readers for one run; Spark's session and Trino live until :meth:`close`."""
 
@@ -87,19 +100,13 @@ class DemoEngines:
     ) -> None:
         from shared.catalog import catalog_properties, open_catalog
         from shared.settings import CatalogSettings
-        from shared.spark import SparkSettings, build_spark_session
 
         self.engines = tuple(engines)
         self._settings = settings
         catalog = CatalogSettings(name=settings.catalog_name, local_state_dir=settings.state)
         self._catalog = open_catalog(catalog)
         self._properties = catalog_properties(catalog)
-        jars = str(settings.dist_dir / f"spark-jars-{settings.iceberg_version}" / "*.jar")
-        self._spark = build_spark_session(
-            "icefjord-demo-verify",
-            SparkSettings(master="local[2]", driver_memory="1g", jars=jars),
-            catalog,
-        )
+        self._spark = verify_session(settings)
         self._trino: Any = None
         if "trino" in self.engines:
             from icefjord.readers.trino import TrinoServer

@@ -31,7 +31,7 @@ from icefjord.demo.catchup import (
     end_offsets,
     iceberg_watermarks,
 )
-from icefjord.demo.engines import DemoEngines, Probe, demo_engines, probe_times
+from icefjord.demo.engines import DemoEngines, Probe, demo_engines, probe_times, verify_session
 from icefjord.demo.faults import FaultInjector, FaultRecord, plan_faults
 from icefjord.demo.plan import Planner, WorkloadSpec
 from icefjord.demo.progress import ProgressView, render, scrape_all
@@ -128,10 +128,6 @@ class DemoResult:
     @property
     def exit_code(self) -> int:
         return 0 if self.ok else 1
-
-
-def _catalog_settings(settings: LocalSettings) -> CatalogSettings:
-    return CatalogSettings(name=settings.catalog_name, local_state_dir=settings.state)
 
 
 def pick_source(settings: LocalSettings, wanted: SourceChoice, console: Console) -> str:
@@ -521,15 +517,7 @@ def where_stalled(
 
 def verify_source(settings: LocalSettings, source: DemoSource) -> VerifyReport:
     """Compare every table of ``source`` with its Iceberg table (Spark reads Iceberg)."""
-    from shared.spark import SparkSettings, build_spark_session
-
-    jars = str(settings.dist_dir / f"spark-jars-{settings.iceberg_version}" / "*.jar")
-    spark = build_spark_session(
-        "icefjord-demo-verify",
-        SparkSettings(master="local[2]", driver_memory="1g", jars=jars),
-        _catalog_settings(settings),
-    )
-    return verify(source.tables(), spark_reader(spark, settings.catalog_name))
+    return verify(source.tables(), spark_reader(verify_session(settings), settings.catalog_name))
 
 
 def summary_table(result: DemoResult) -> Table:
