@@ -12,7 +12,7 @@ S3_SUITE := tests/integration/test_writer.py \
 	tests/integration/test_writer_crash.py tests/integration/test_maintainer_execute.py \
 	tests/integration/test_maintainer_service.py \
 	tests/integration/test_demo_e2e.py::test_iceberg_equals_the_source_after_kills_and_a_broker_restart \
-	tests/integration/test_readers.py \
+	tests/integration/test_readers.py tests/integration/test_images.py \
 	tests/integration/test_local_stack.py
 # Run again with Kafka's client listener SASL_SSL and the registry behind HTTPS with basic
 # auth: the refusals, the command lines, and one short demo through Debezium and the services.
@@ -58,6 +58,9 @@ bench-normalize: compiled ## The normalizer's changes/s per process, plain and c
 	$(BIN)/icefjord bench normalize
 	cd .icefjord && PYTHONPATH=compiled ../$(BIN)/icefjord bench normalize
 
+images: ## Build the four service images (Docker; local stand-in bases where no registry answers)
+	ICEFJORD_IMAGE_CACHE="$${ICEFJORD_IMAGE_CACHE:-$(CURDIR)/.icefjord/images}" deploy/docker/build-images.sh
+
 lint: install ## ruff and mypy --strict
 	$(BIN)/ruff check $(PY_SOURCES) tests
 	$(BIN)/ruff format --check $(PY_SOURCES) tests
@@ -66,6 +69,7 @@ lint: install ## ruff and mypy --strict
 	$(BIN)/ruff format --check deploy/validate deploy/docker/lock.py
 	MYPYPATH=deploy/validate $(BIN)/mypy --strict -p deploycheck
 	$(BIN)/mypy --strict deploy/docker/lock.py
+	$(BIN)/python deploy/docker/lock.py --check
 	PATH="$(CURDIR)/$(BIN):$$PATH" deploy/validate/run.sh
 
 test: install ## Lint, then unit, integration and e2e tests against a real local stack started for the run, then the S3 and the secured suites
@@ -74,7 +78,7 @@ test: install ## Lint, then unit, integration and e2e tests against a real local
 	$(MAKE) test-s3
 	$(MAKE) test-secure
 
-test-s3: install ## The stack's, writer's, maintainer's and fault tests with the warehouse on S3 (SeaweedFS) and the catalog in PostgreSQL
+test-s3: install ## The stack's, writer's, maintainer's, fault and image tests with the warehouse on S3 (SeaweedFS) and the catalog in PostgreSQL
 	ICEFJORD_TEST_STORAGE=s3 $(BIN)/pytest $(PYTEST_ARGS) $(S3_SUITE)
 
 test-secure: install ## Kafka over SASL_SSL and the registry over HTTPS with basic auth: refusals, no secret on a command line, a short demo proven equal
@@ -89,4 +93,4 @@ test-unit: install ## Unit tests only (no external process)
 clean: down ## Stop the stack and delete its local state (.icefjord/)
 	rm -rf .icefjord
 
-.PHONY: help install up down status demo bench compiled bench-normalize lint test test-s3 test-secure test-e2e test-unit clean
+.PHONY: help install up down status demo bench compiled bench-normalize images lint test test-s3 test-secure test-e2e test-unit clean

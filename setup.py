@@ -8,7 +8,9 @@ sees the installed dependencies:
 
     ICEFJORD_MYPYC=1 .venv/bin/pip wheel --no-deps --no-build-isolation -w dist .
 
-Without the variable (editable installs, CI) nothing is compiled.
+Without the variable (editable installs, CI) nothing is compiled. ``ICEFJORD_MYPYC_ONLY``
+(packages, space-separated, e.g. ``"shared services.iceberg_writer"``) compiles only the modules
+under them: a service image compiles what it runs, with only its own dependencies installed.
 """
 
 import os
@@ -33,8 +35,12 @@ COMPILED = ["shared/avro_decoder.py"] + [
     )
 ]
 
+ONLY = os.environ.get("ICEFJORD_MYPYC_ONLY", "").split()
+if ONLY:
+    COMPILED = [p for p in COMPILED if any(p.startswith(f"{o.replace('.', '/')}/") for o in ONLY)]
+
 ext_modules = []
-if os.environ.get("ICEFJORD_MYPYC") == "1":
+if os.environ.get("ICEFJORD_MYPYC") == "1" and COMPILED:
     from mypyc.build import mypycify
 
     ext_modules = mypycify(COMPILED, opt_level="3")

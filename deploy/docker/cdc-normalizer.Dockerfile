@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # cdc-normalizer: Debezium topics -> icefjord.changes.* (metrics, /healthz, /readyz on 9401).
 # Build from the repository root:
 #   docker build -f deploy/docker/cdc-normalizer.Dockerfile -t icefjord/cdc-normalizer:0.1.0 .
@@ -6,26 +5,18 @@ ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
-RUN python -m venv /opt/venv
-COPY deploy/docker/requirements.lock /tmp/requirements.lock
-# No Spark in this image: it never starts a JVM.
-RUN grep -v -E '^(pyspark|py4j)==' /tmp/requirements.lock > /tmp/requirements.txt \
- && /opt/venv/bin/pip install --no-deps -r /tmp/requirements.txt
-# The per-record modules are compiled with mypyc (setup.py), about twice the changes/s of
-# plain CPython; gcc and mypy stay in this stage.
-RUN apt-get update \
- && apt-get install -y --no-install-recommends gcc libc6-dev \
- && rm -rf /var/lib/apt/lists/*
+# Only what the service imports (lock.py): no Spark, no JVM, no Arrow.
+COPY deploy/docker/requirements/cdc-normalizer.txt /tmp/requirements.txt
+COPY deploy/docker/install.sh /usr/local/bin/icefjord-install
+RUN icefjord-install deps /tmp/requirements.txt compiled
 COPY pyproject.toml setup.py README.md /src/
 COPY contracts /src/contracts
 COPY shared /src/shared
 COPY services /src/services
 COPY icefjord /src/icefjord
-RUN /opt/venv/bin/pip install mypy==2.4.1 setuptools==84.2.1 \
- && ICEFJORD_MYPYC=1 /opt/venv/bin/pip wheel --no-deps --no-build-isolation -w /tmp/wheels /src \
- && /opt/venv/bin/pip install --no-deps /tmp/wheels/icefjord-*.whl \
- && /opt/venv/bin/pip uninstall -y mypy \
- && /opt/venv/bin/python -m compileall -q /opt/venv/lib
+# The per-record modules are compiled with mypyc (setup.py), about twice the changes/s of
+# plain CPython; gcc and mypy stay in this stage.
+RUN icefjord-install service /tmp/requirements.txt compiled
 
 FROM ${PYTHON_IMAGE} AS runtime
 LABEL org.opencontainers.image.title="icefjord-cdc-normalizer" \
@@ -41,6 +32,7 @@ ENV PATH=/opt/venv/bin:$PATH \
 WORKDIR /home/icefjord
 USER 10001:10001
 EXPOSE 9401
+# The port the service listens on, also when its settings move it.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=4 \
-  CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9401/healthz', timeout=4)"]
+  CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ['ICEFJORD_NORMALIZER_METRICS__PORT'], timeout=4)"]
 ENTRYPOINT ["python", "-m", "services.cdc_normalizer"]

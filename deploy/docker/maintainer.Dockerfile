@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # maintainer: table health, compaction, snapshot expiry, orphan cleanup (metrics on 9404).
 # Carries Java 17, Spark (the pyspark wheel) and the Iceberg jars; the same image runs the
 # Spark executors when the maintainer uses a `k8s://` master (see deploy/README.md).
@@ -18,16 +17,16 @@ FROM ${JRE_IMAGE} AS jre
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
-RUN python -m venv /opt/venv
-COPY deploy/docker/requirements.lock /tmp/requirements.lock
-RUN /opt/venv/bin/pip install --no-deps -r /tmp/requirements.lock
-COPY pyproject.toml README.md /src/
+# Only what the service imports (lock.py).
+COPY deploy/docker/requirements/maintainer.txt /tmp/requirements.txt
+COPY deploy/docker/install.sh /usr/local/bin/icefjord-install
+RUN icefjord-install deps /tmp/requirements.txt
+COPY pyproject.toml setup.py README.md /src/
 COPY contracts /src/contracts
 COPY shared /src/shared
 COPY services /src/services
 COPY icefjord /src/icefjord
-RUN /opt/venv/bin/pip install --no-deps /src \
- && /opt/venv/bin/python -m compileall -q /opt/venv/lib
+RUN icefjord-install service /tmp/requirements.txt
 # The jars go on Spark's own classpath, so driver and executors load them with no shipping.
 COPY --from=jars /jars/ /opt/venv/lib/python3.11/site-packages/pyspark/jars/
 
@@ -36,7 +35,7 @@ LABEL org.opencontainers.image.title="icefjord-maintainer" \
       org.opencontainers.image.licenses="Apache-2.0"
 # tini reaps the Spark JVM's children and forwards SIGTERM to the service.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends tini=0.19.0-1 \
+ && apt-get install -y --no-install-recommends tini=0.19.0-1+b3 \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 10001 icefjord \
  && useradd --system --uid 10001 --gid 10001 --home-dir /home/icefjord --create-home \
@@ -44,7 +43,7 @@ RUN apt-get update \
 COPY --from=jre /opt/java/openjdk /opt/java/openjdk
 COPY --from=build /opt/venv /opt/venv
 COPY deploy/docker/spark-defaults.conf /opt/venv/lib/python3.11/site-packages/pyspark/conf/spark-defaults.conf
-COPY --chmod=0755 deploy/docker/spark-entrypoint.sh /usr/local/bin/icefjord-entrypoint
+COPY deploy/docker/spark-entrypoint.sh /usr/local/bin/icefjord-entrypoint
 ENV JAVA_HOME=/opt/java/openjdk \
     SPARK_HOME=/opt/venv/lib/python3.11/site-packages/pyspark \
     PATH=/opt/venv/bin:/opt/java/openjdk/bin:$PATH \
@@ -57,6 +56,7 @@ ENV JAVA_HOME=/opt/java/openjdk \
 WORKDIR /home/icefjord
 USER 10001:10001
 EXPOSE 9404
+# The port the service listens on, also when its settings move it.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=4 \
-  CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9404/healthz', timeout=4)"]
+  CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ['ICEFJORD_MAINTAINER_METRICS__PORT'], timeout=4)"]
 ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/icefjord-entrypoint"]

@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # schema-watcher: registry subjects -> SchemaChange events (metrics, /healthz, /readyz on 9402).
 # Build from the repository root:
 #   docker build -f deploy/docker/schema-watcher.Dockerfile -t icefjord/schema-watcher:0.1.0 .
@@ -6,18 +5,16 @@ ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
-RUN python -m venv /opt/venv
-COPY deploy/docker/requirements.lock /tmp/requirements.lock
-# No Spark in this image: it never starts a JVM.
-RUN grep -v -E '^(pyspark|py4j)==' /tmp/requirements.lock > /tmp/requirements.txt \
- && /opt/venv/bin/pip install --no-deps -r /tmp/requirements.txt
-COPY pyproject.toml README.md /src/
+# Only what the service imports (lock.py): no Spark, no JVM, no Arrow.
+COPY deploy/docker/requirements/schema-watcher.txt /tmp/requirements.txt
+COPY deploy/docker/install.sh /usr/local/bin/icefjord-install
+RUN icefjord-install deps /tmp/requirements.txt
+COPY pyproject.toml setup.py README.md /src/
 COPY contracts /src/contracts
 COPY shared /src/shared
 COPY services /src/services
 COPY icefjord /src/icefjord
-RUN /opt/venv/bin/pip install --no-deps /src \
- && /opt/venv/bin/python -m compileall -q /opt/venv/lib
+RUN icefjord-install service /tmp/requirements.txt
 
 FROM ${PYTHON_IMAGE} AS runtime
 LABEL org.opencontainers.image.title="icefjord-schema-watcher" \
@@ -33,6 +30,7 @@ ENV PATH=/opt/venv/bin:$PATH \
 WORKDIR /home/icefjord
 USER 10001:10001
 EXPOSE 9402
+# The port the service listens on, also when its settings move it.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=4 \
-  CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9402/healthz', timeout=4)"]
+  CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ['ICEFJORD_WATCHER_METRICS__PORT'], timeout=4)"]
 ENTRYPOINT ["python", "-m", "services.schema_watcher"]

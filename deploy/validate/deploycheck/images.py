@@ -16,10 +16,15 @@ from deploycheck.contract import Contract, ServiceContract
 from deploycheck.findings import Context, Problem, ToolMissing
 
 DOCKER_DIR = "deploy/docker"
-LOCK = "deploy/docker/requirements.lock"
+LOCKS = "deploy/docker/requirements"
 IMAGE_POM = "deploy/docker/spark-jars/pom.xml"
 LOCAL_POM = "deploy/local/pom.xml"
-SHELL_SCRIPTS = ("deploy/docker/*.sh", "deploy/compose/*.sh", "deploy/validate/*.sh")
+SHELL_SCRIPTS = (
+    "deploy/docker/*.sh",
+    "deploy/docker/base/*.sh",
+    "deploy/compose/*.sh",
+    "deploy/validate/*.sh",
+)
 SHELLCHECK_HINT = "apt-get install shellcheck"
 SHARED_JAR_PROPERTIES = ("iceberg.version", "sqlite.jdbc.version", "spark.binary")
 _POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
@@ -120,29 +125,36 @@ def _context_problems(ctx: Context, dockerfile: Path) -> list[Problem]:
     return problems
 
 
-def _lock_problems(ctx: Context) -> list[Problem]:
-    """Every pin of pyproject.toml's runtime dependencies appears unchanged in the lock."""
+def _lock_problems(ctx: Context, contract: Contract) -> list[Problem]:
+    """Each image has a lock, and a pin it shares with pyproject.toml's runtime dependencies
+    is the same version."""
     project = tomllib.loads(ctx.path("pyproject.toml").read_text())["project"]
-    lock: dict[str, str] = {}
-    for line in ctx.path(LOCK).read_text().splitlines():
-        match = _PIN.match(line)
-        if match:
-            lock[match.group(1).lower().replace("_", "-")] = match.group(2)
+    pinned: dict[str, str] = {}
     problems = []
     for requirement in project["dependencies"]:
         match = _PIN.match(requirement)
         if match is None:
             problems.append(Problem("pyproject.toml", f"{requirement!r} is not pinned with =="))
             continue
-        name, version = match.group(1).lower().replace("_", "-"), match.group(2)
-        if lock.get(name) != version:
-            problems.append(
-                Problem(
-                    LOCK,
-                    f"{name} is {lock.get(name, 'absent')}, pyproject.toml pins "
-                    f"{version}: run .venv/bin/python deploy/docker/lock.py",
+        pinned[match.group(1).lower().replace("_", "-")] = match.group(2)
+    for svc in contract.services.values():
+        path = f"{LOCKS}/{svc.name}.txt"
+        if not ctx.path(path).is_file():
+            problems.append(Problem(path, "missing: run .venv/bin/python deploy/docker/lock.py"))
+            continue
+        for line in ctx.path(path).read_text().splitlines():
+            match = _PIN.match(line)
+            if match is None:
+                continue
+            name, version = match.group(1).lower().replace("_", "-"), match.group(2)
+            if name in pinned and pinned[name] != version:
+                problems.append(
+                    Problem(
+                        path,
+                        f"{name} is {version}, pyproject.toml pins {pinned[name]}: "
+                        "run .venv/bin/python deploy/docker/lock.py",
+                    )
                 )
-            )
     return problems
 
 
@@ -195,4 +207,4 @@ def check(ctx: Context, contract: Contract) -> list[Problem]:
         problems += _context_problems(ctx, path)
     if not ctx.path(".dockerignore").is_file():
         problems.append(Problem(".dockerignore", "missing (the build context would hold .venv)"))
-    return problems + _lock_problems(ctx) + _jar_pins(ctx) + _shellcheck(ctx)
+    return problems + _lock_problems(ctx, contract) + _jar_pins(ctx) + _shellcheck(ctx)

@@ -1,4 +1,5 @@
-"""Dockerfiles (read, not built: no engine in CI), the image lock and the Spark jar pins."""
+"""Dockerfiles (read, not built here: tests/integration/test_images.py builds and runs them),
+the images' locks and the Spark jar pins."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def test_spark_images_carry_java_spark_and_the_iceberg_jars(root: Path) -> None:
         assert (
             "COPY --from=jars /jars/ /opt/venv/lib/python3.11/site-packages/pyspark/jars/" in text
         )
-        assert "-r /tmp/requirements.lock" in text
+        assert f"COPY deploy/docker/requirements/{name}.txt /tmp/requirements.txt" in text
     pom = (root / images.IMAGE_POM).read_text()
     for artifact in (
         "iceberg-spark-runtime-${spark.binary}_${spark.scala.binary}",
@@ -41,8 +42,14 @@ def test_spark_images_carry_java_spark_and_the_iceberg_jars(root: Path) -> None:
         "<artifactId>sqlite-jdbc</artifactId>",
     ):
         assert artifact in pom
-    lock = (root / images.LOCK).read_text()
-    assert "pyspark==" in lock and "psycopg2-binary==" in lock
+        lock = (root / images.LOCKS / f"{name}.txt").read_text()
+        assert "pyspark==" in lock and "psycopg2-binary==" in lock
+
+
+def test_images_without_a_jvm_carry_no_spark_and_no_arrow(root: Path) -> None:
+    for name in ("cdc-normalizer", "schema-watcher"):
+        lock = (root / images.LOCKS / f"{name}.txt").read_text()
+        assert "pyspark==" not in lock and "pyarrow==" not in lock and "faust" not in lock
 
 
 @pytest.mark.parametrize(
@@ -99,13 +106,14 @@ def test_a_single_stage_dockerfile_is_reported(contract: Contract) -> None:
     ]
 
 
-def test_a_pyproject_pin_missing_from_the_lock_is_reported(
+def test_a_pyproject_pin_that_differs_in_a_lock_is_reported(
     ctx: Context, contract: Contract, edit: Edit
 ) -> None:
     edit("pyproject.toml", '"fastavro==1.13.1"', '"fastavro==1.13.2"')
-    assert [str(p) for p in images._lock_problems(ctx)] == [
-        "deploy/docker/requirements.lock: fastavro is 1.13.1, pyproject.toml pins 1.13.2: "
-        "run .venv/bin/python deploy/docker/lock.py"
+    assert [str(p) for p in images._lock_problems(ctx, contract)] == [
+        f"deploy/docker/requirements/{name}.txt: fastavro is 1.13.1, pyproject.toml pins "
+        "1.13.2: run .venv/bin/python deploy/docker/lock.py"
+        for name in contract.services
     ]
 
 

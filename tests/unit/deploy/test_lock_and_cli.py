@@ -23,6 +23,7 @@ def lock() -> ModuleType:
     spec = importlib.util.spec_from_file_location("icefjord_lock", ROOT / "deploy/docker/lock.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -44,6 +45,34 @@ def test_closure_of_the_project_holds_every_pyproject_pin(lock: ModuleType) -> N
     for requirement in project["dependencies"]:
         name, version = requirement.split("==")
         assert pins[name.split("[")[0].lower()] == version
+
+
+def test_the_import_graph_follows_project_modules_and_skips_type_checking_blocks(
+    lock: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "services" / "svc").mkdir(parents=True)
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "services" / "__init__.py").write_text("")
+    (tmp_path / "shared" / "__init__.py").write_text("")
+    (tmp_path / "services" / "svc" / "__init__.py").write_text("")
+    (tmp_path / "services" / "svc" / "main.py").write_text(
+        "import json\nfrom typing import TYPE_CHECKING\nfrom . import helper\n"
+        "if TYPE_CHECKING:\n    import pyspark\n"
+        "def run() -> None:\n    import numpy\n"
+    )
+    (tmp_path / "services" / "svc" / "helper.py").write_text("from shared import codec\n")
+    (tmp_path / "shared" / "codec.py").write_text("import fastavro.read\n")
+    (tmp_path / "shared" / "unused.py").write_text("import pyarrow\n")
+    monkeypatch.setattr(lock, "ROOT", tmp_path)
+    found = lock.imports_of("services.svc")
+    assert found.external == {"numpy", "fastavro"}
+    assert "shared.codec" in found.modules and "shared.unused" not in found.modules
+    assert lock._kept(found.modules) == ["services.svc", "shared"]
+
+
+def test_the_committed_image_locks_are_current(lock: ModuleType) -> None:
+    for image in lock.IMAGES:
+        assert (lock.LOCKS / f"{image}.txt").read_text() == lock.render(image), image
 
 
 def test_cli_reports_problems_as_file_and_message(

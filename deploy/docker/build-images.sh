@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Build the four service images (make images): icefjord/<service>:<version>.
+#
+#   deploy/docker/build-images.sh [SERVICE ...]
+#
+# ICEFJORD_IMAGE_BASES chooses the base images:
+#   public  the Dockerfiles' defaults (python:3.11-slim, eclipse-temurin, maven) from a registry
+#   local   stand-ins built from Debian's packages by base/build-bases.sh, for machines that
+#           reach no image registry (these development machines)
+#   auto    (default) public when that image is here or a registry answers; local when the
+#           stand-ins are already built or no registry answers
+# ICEFJORD_IMAGE_CACHE: where build-bases.sh keeps its imported Debian root between runs.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$root"
+version="$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -1)"
+bases="${ICEFJORD_IMAGE_BASES:-auto}"
+services=("$@")
+((${#services[@]})) || services=(cdc-normalizer schema-watcher iceberg-writer maintainer)
+
+default_python="$(sed -n 's/^ARG PYTHON_IMAGE=//p' deploy/docker/cdc-normalizer.Dockerfile)"
+if [[ "$bases" == auto ]]; then
+  if docker image inspect "$default_python" >/dev/null 2>&1; then
+    bases=public
+  elif docker image inspect icefjord-base/python:3.11 >/dev/null 2>&1; then
+    bases=local
+  elif timeout 30 docker pull -q "$default_python" >/dev/null 2>&1; then
+    bases=public
+  else
+    echo "== no registry answers for $default_python: building local stand-in bases"
+    bases=local
+  fi
+fi
+args=()
+if [[ "$bases" == local ]]; then
+  deploy/docker/base/build-bases.sh "${ICEFJORD_IMAGE_CACHE:-}"
+  args=(--build-arg PYTHON_IMAGE=icefjord-base/python:3.11
+        --build-arg JRE_IMAGE=icefjord-base/jre:17
+        --build-arg MAVEN_IMAGE=icefjord-base/maven:3)
+fi
+for service in "${services[@]}"; do
+  tag="icefjord/$service:$version"
+  echo "== building $tag ($bases bases)"
+  start=$SECONDS
+  log="$(mktemp)"
+  # The legacy builder: BuildKit's `# syntax` front end and buildx need a registry.
+  if ! DOCKER_BUILDKIT=0 docker build "${args[@]}" -f "deploy/docker/$service.Dockerfile" \
+      -t "$tag" . >"$log" 2>&1; then
+    tail -40 "$log" >&2
+    rm -f "$log"
+    echo "building $tag failed" >&2
+    exit 1
+  fi
+  rm -f "$log"
+  echo "   built in $((SECONDS - start)) s"
+done
+docker image ls --format '{{.Repository}}:{{.Tag}}\t{{.Size}}' 'icefjord/*'
