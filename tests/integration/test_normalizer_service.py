@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from debezium_support import json_envelope, json_key
 from harness import LostOnce, Stack, free_port
 from prometheus_client import CollectorRegistry
 
@@ -49,14 +50,6 @@ COLUMNS: list[dict[str, Any]] = [
     },
     {"type": "int32", "optional": True, "field": "birth_date", "name": "io.debezium.time.Date"},
 ]
-SOURCE_FIELDS = [
-    {"type": "string", "optional": False, "field": name}
-    for name in ("version", "connector", "name", "db", "schema", "table")
-] + [
-    {"type": "int64", "optional": False, "field": "ts_ms"},
-    {"type": "int64", "optional": True, "field": "txId"},
-    {"type": "int64", "optional": True, "field": "lsn"},
-]
 
 
 class Crash(Exception):
@@ -76,53 +69,11 @@ def row(customer_id: int, email: str, cents: int, days: int) -> dict[str, Any]:
 def envelope(
     table: str, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None, lsn: int
 ) -> bytes:
-    value_struct = {"type": "struct", "optional": True, "name": "shop.inventory.customers.Value"}
-    schema = {
-        "type": "struct",
-        "optional": False,
-        "name": "shop.inventory.customers.Envelope",
-        "fields": [
-            {**value_struct, "field": "before", "fields": COLUMNS},
-            {**value_struct, "field": "after", "fields": COLUMNS},
-            {
-                "type": "struct",
-                "optional": False,
-                "field": "source",
-                "name": "io.debezium.connector.postgresql.Source",
-                "fields": SOURCE_FIELDS,
-            },
-            {"type": "string", "optional": False, "field": "op"},
-            {"type": "int64", "optional": True, "field": "ts_ms"},
-        ],
-    }
-    payload = {
-        "before": before,
-        "after": after,
-        "source": {
-            "version": "2.7.0.Final",
-            "connector": "postgresql",
-            "name": "shop",
-            "db": "shop",
-            "schema": "inventory",
-            "table": table,
-            "ts_ms": 1_700_000_000_000 + lsn,
-            "txId": 700 + lsn,
-            "lsn": lsn,
-        },
-        "op": op,
-        "ts_ms": 1_700_000_000_500 + lsn,
-    }
-    return json.dumps({"schema": schema, "payload": payload}).encode()
+    return json_envelope("shop.inventory.customers", COLUMNS, table, op, before, after, lsn)
 
 
 def key(customer_id: int) -> bytes:
-    schema = {
-        "type": "struct",
-        "optional": False,
-        "name": "shop.inventory.customers.Key",
-        "fields": [{"type": "int32", "optional": False, "field": "id"}],
-    }
-    return json.dumps({"schema": schema, "payload": {"id": customer_id}}).encode()
+    return json_key("shop.inventory.customers", customer_id)
 
 
 def read_all(stack: Stack, topic: str, isolation: str, settle_s: float = 4.0) -> list[Any]:
