@@ -16,6 +16,29 @@ SOURCE_FIELDS: list[dict[str, Any]] = [
 ]
 
 
+def payload(
+    table: str, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None, lsn: int
+) -> dict[str, Any]:
+    """The envelope's payload: the rows, Debezium's ``source`` block and the operation."""
+    return {
+        "before": before,
+        "after": after,
+        "source": {
+            "version": "2.7.0.Final",
+            "connector": "postgresql",
+            "name": "shop",
+            "db": "shop",
+            "schema": "inventory",
+            "table": table,
+            "ts_ms": 1_700_000_000_000 + lsn,
+            "txId": 700 + lsn,
+            "lsn": lsn,
+        },
+        "op": op,
+        "ts_ms": 1_700_000_000_500 + lsn,
+    }
+
+
 def json_envelope(
     record: str,
     columns: list[dict[str, Any]],
@@ -46,24 +69,8 @@ def json_envelope(
             {"type": "int64", "optional": True, "field": "ts_ms"},
         ],
     }
-    payload = {
-        "before": before,
-        "after": after,
-        "source": {
-            "version": "2.7.0.Final",
-            "connector": "postgresql",
-            "name": "shop",
-            "db": "shop",
-            "schema": "inventory",
-            "table": table,
-            "ts_ms": 1_700_000_000_000 + lsn,
-            "txId": 700 + lsn,
-            "lsn": lsn,
-        },
-        "op": op,
-        "ts_ms": 1_700_000_000_500 + lsn,
-    }
-    return json.dumps({"schema": schema, "payload": payload}).encode()
+    body = {"schema": schema, "payload": payload(table, op, before, after, lsn)}
+    return json.dumps(body).encode()
 
 
 def json_key(record: str, key: int) -> bytes:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-from debezium_support import json_envelope, json_key
+from debezium_support import json_envelope, json_key, payload
 from harness import LostOnce, Stack, free_port
 from prometheus_client import CollectorRegistry
 
@@ -350,24 +350,8 @@ def test_registry_outage_aborts_the_batch_and_the_retry_writes_it_once(
 
 
 def truncate_event(table: str, lsn: int) -> bytes:
-    payload = {
-        "before": None,
-        "after": None,
-        "source": {
-            "version": "2.7.0.Final",
-            "connector": "postgresql",
-            "name": "shop",
-            "db": "shop",
-            "schema": "inventory",
-            "table": table,
-            "ts_ms": 1_700_000_000_000 + lsn,
-            "txId": 700 + lsn,
-            "lsn": lsn,
-        },
-        "op": "t",
-        "ts_ms": 1_700_000_000_500 + lsn,
-    }
-    return json.dumps(payload).encode()  # schemaless: a truncate carries no row schema
+    # Schemaless: a truncate carries no row schema.
+    return json.dumps(payload(table, "t", None, None, lsn)).encode()
 
 
 def test_a_consumer_out_of_its_group_is_replaced_and_nothing_is_lost_or_repeated(
