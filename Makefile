@@ -24,10 +24,10 @@ SECURE_SUITE := tests/integration/test_security.py \
 help: ## Show this help
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
 
-$(BIN)/icefjord: pyproject.toml
+$(BIN)/icefjord: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,bench,readers]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,bench,readers]'
 	@touch $@
 
 install: $(BIN)/icefjord ## Create the virtual environment and install Icefjord with dev tools
