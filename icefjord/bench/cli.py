@@ -1,7 +1,8 @@
 """``icefjord bench``: every benchmark of Icefjord behind one command group.
 
 Without a subcommand it runs ``pipeline``, the end-to-end benchmark (``make bench``). The
-others time one part: ``normalize`` (the normalizer's per-record path, or its whole loop
+others time one part: ``drain`` (CPU per change of a backlog drained from a cold start),
+``normalize`` (the normalizer's per-record path, or its whole loop
 through Kafka), ``write`` and ``new-tables`` (the writer alone), ``recovery`` (the writer
 killed under load) and ``maintain`` (small commits under the maintainer). Reports and charts
 of past runs live in ``docs/benchmarks/``.
@@ -412,6 +413,42 @@ def bench_commit_cost_command(
             f"{result.first_s:.2f}",
         )
     console.print(table)
+
+
+@bench_app.command("drain")
+def bench_drain_command(
+    rows: int = typer.Option(300_000, "--rows", min=0, help="Rows inserted with COPY."),
+    updates: int = typer.Option(
+        600_000, "--updates", min=0, help="Rows updated by set-based UPDATE statements."
+    ),
+    dml: int = typer.Option(
+        100_000,
+        "--dml",
+        min=0,
+        help="Row changes one statement each (inserts, updates, key changes, deletes).",
+    ),
+    keep_source: bool = typer.Option(
+        False, "--keep-source", help="Keep the source schema after a verified run."
+    ),
+    out: Path | None = typer.Option(  # noqa: B008 (typer's idiom)
+        None, "--out", help="Report directory (default <state>/bench/drain-<timestamp>)."
+    ),
+) -> None:
+    """CPU per change: stop the services, make a backlog through PostgreSQL and Debezium,
+    start the services cold and time them until every table holds every change; verify."""
+    from icefjord.bench.drain import DrainOptions, render, run_drain
+
+    options = DrainOptions(rows=rows, updates=updates, dml=dml, keep_source=keep_source, out=out)
+    settings = LocalSettings()
+    try:
+        report, path = run_drain(settings, options, console)
+    except (DemoError, StartError, ArtifactError, PostgresError, ConnectError) as exc:
+        errors.print(f"[red]{exc}[/red]")
+        raise typer.Exit(EXIT_SETUP_FAILED) from exc
+    console.print(render(report))
+    console.print(f"wrote {path}")
+    if not report.verified:
+        raise typer.Exit(1)
 
 
 @bench_app.command("recovery")

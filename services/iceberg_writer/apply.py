@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 from services.iceberg_writer.changes import BatchPlan, Path
 from services.iceberg_writer.copyfiles import write_copy
 from services.iceberg_writer.key_index import KeyIndex
-from services.iceberg_writer.records import staging_rows
+from services.iceberg_writer.records import staging_table
 from services.iceberg_writer.tables import quote, sql_literal
 from services.iceberg_writer.types import (
     STAGING_FLAG,
@@ -90,8 +90,7 @@ def arrow_batch(
     if partial:
         fields.append(pa.field(UNCHANGED_COLUMNS, pa.list_(pa.string()), nullable=True))
     arrow_schema = pa.schema(fields)
-    rows = staging_rows(plan.upserts + plan.deletes, keys, converters, metadata, partial=partial)
-    return pa.Table.from_pylist(rows, schema=arrow_schema)
+    return staging_table(plan.upserts + plan.deletes, arrow_schema, keys, converters, metadata)
 
 
 class BatchWriter:

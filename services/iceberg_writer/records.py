@@ -1,5 +1,5 @@
 """The writer's per-record work: a decoded change record to a :class:`Change`, and a batch's
-changes to the staging rows Arrow builds its table from. Pure.
+changes to the Arrow table it stages. Pure.
 
 Both run once per change, so they do no per-record lookups they can avoid (the operation by
 a dict, not an enum call). Their cost beside the decoding and Arrow's conversion is in
@@ -9,18 +9,18 @@ to add them to the compiled build.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import pyarrow as pa
 
 from services.iceberg_writer.changes import Change, Op
 from services.iceberg_writer.types import STAGING_FLAG, UNCHANGED_COLUMNS, MetadataColumns
 
-__all__ = ["change_of", "staging_rows"]
+__all__ = ["change_of", "staging_table"]
 
 _OPS: dict[str, Op] = {op.value: op for op in Op}
-_UTC = dt.UTC
-_fromtimestamp = dt.datetime.fromtimestamp
+_MILLIS_UTC = pa.timestamp("ms", tz="UTC")
 
 
 def change_of(
@@ -69,42 +69,53 @@ def change_of(
     )
 
 
-def staging_rows(
+def staging_table(
     changes: Sequence[Change],
+    schema: pa.Schema,
     keys: Sequence[str],
     converters: Mapping[str, Any],
     metadata: MetadataColumns,
-    *,
-    partial: bool,
-) -> list[dict[str, Any]]:
-    """One dict per change: its row with ``converters`` applied (none for a delete), its key
-    columns, the metadata columns that are on, :data:`STAGING_FLAG` true for a delete, and
-    for a ``partial`` batch :data:`UNCHANGED_COLUMNS`, the columns an update left out."""
-    items = list(converters.items())
-    op_column, position_column, source_ts_column = (
-        metadata.op,
-        metadata.position,
-        metadata.source_ts,
-    )
-    rows: list[dict[str, Any]] = []
+) -> pa.Table:
+    """A batch's changes as one Arrow table of ``schema``, built column by column: each row's
+    values with ``converters`` applied (none for a delete), its key columns, the metadata
+    columns that are on, :data:`STAGING_FLAG` true for a delete, and (when ``schema`` has
+    it) :data:`UNCHANGED_COLUMNS`, the columns an update left out.
+
+    One list per column and one Arrow conversion per column: a dict per row for
+    ``Table.from_pylist`` cost about twice as much, and the source commit time goes to Arrow
+    as milliseconds instead of a ``datetime`` per row (HISTORY, "2026-11-29").
+    """
+    names = schema.names
+    special = {metadata.op, metadata.position, metadata.source_ts, STAGING_FLAG, UNCHANGED_COLUMNS}
+    columns: dict[str, list[Any]] = {name: [] for name in names}
+    data = [(name, columns[name], converters.get(name)) for name in names if name not in special]
     for change in changes:
-        row: dict[str, Any] = {}
         after = change.row
-        if after is not None and change.op is not Op.DELETE:
-            row.update(after)
-            for name, convert in items:
-                if name in row:
-                    row[name] = convert(row[name])
-        for name, value in zip(keys, change.key, strict=True):
-            row[name] = value
-        if op_column:
-            row[op_column] = change.op.value
-        row[position_column] = change.position
-        if source_ts_column:
-            row[source_ts_column] = _fromtimestamp(change.source_ts_ms / 1000, _UTC)
-        row[STAGING_FLAG] = change.op is Op.DELETE
-        if partial:
-            unchanged = change.unchanged
-            row[UNCHANGED_COLUMNS] = list(unchanged) if unchanged else None
-        rows.append(row)
-    return rows
+        if after is None or change.op is Op.DELETE:
+            for _, values, _ in data:
+                values.append(None)
+            continue
+        for name, values, convert in data:
+            value = after.get(name)
+            if convert is not None and name in after:
+                value = convert(value)
+            values.append(value)
+    for index, name in enumerate(keys):
+        if name in columns:
+            columns[name] = [change.key[index] for change in changes]
+    if metadata.op:
+        columns[metadata.op] = [change.op.value for change in changes]
+    columns[metadata.position] = [change.position for change in changes]
+    columns[STAGING_FLAG] = [change.op is Op.DELETE for change in changes]
+    if UNCHANGED_COLUMNS in columns:
+        columns[UNCHANGED_COLUMNS] = [
+            list(change.unchanged) if change.unchanged else None for change in changes
+        ]
+    arrays = []
+    for field in schema:
+        if field.name == metadata.source_ts:
+            millis = pa.array([change.source_ts_ms for change in changes], pa.int64())
+            arrays.append(millis.cast(_MILLIS_UTC).cast(field.type))
+        else:
+            arrays.append(pa.array(columns[field.name], field.type))
+    return pa.Table.from_arrays(arrays, schema=schema)

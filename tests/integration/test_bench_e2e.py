@@ -81,3 +81,33 @@ def test_a_short_benchmark_runs_every_phase_verifies_and_drops_its_source(
         assert not [s for (s,) in slots if report.schema in s]
     connect = KafkaConnect(bench_settings, None)
     assert not [c for c in connect.request("GET", "/connectors") if report.schema in c]
+
+
+@pytest.mark.timeout(1200)
+def test_a_small_drain_measures_each_service_from_a_cold_start_and_verifies(
+    bench_settings: LocalSettings, tmp_path: Path
+) -> None:
+    from icefjord.bench.drain import DrainOptions, run_drain
+    from icefjord.local.services import service_processes
+
+    out = io.StringIO()
+    console = Console(file=out, width=140, force_terminal=False)
+    options = DrainOptions(rows=3_000, updates=4_000, dml=1_500, out=tmp_path / "drain")
+    try:
+        report, path = run_drain(bench_settings, options, console)
+    finally:
+        print(out.getvalue()[-20_000:])  # shown by pytest when the test fails
+    assert report.verified, out.getvalue()[-4000:]
+    backlog = report.backlog
+    # The backlog is what was asked for, cut at the first transaction reaching each count.
+    assert backlog.inserts >= 3_000 and backlog.changes >= 3_000 + 4_000 + 1_500
+    assert backlog.deletes > 0 and backlog.kafka_records > backlog.changes
+    assert [t[0].split(".")[-1] for t in report.tables] == ["customers", "orders", "payments"]
+    # Every service was started by the run, so each was measured from its start.
+    measured = {c.name.split()[0]: c.cpu_seconds for c in report.components if c.service}
+    assert set(measured) == {"normalizer", "watcher", "writer", "maintainer"}
+    assert all(seconds is not None and seconds > 0 for seconds in measured.values())
+    assert 0 < report.wall_seconds < 1200
+    assert report.changes_per_cpu_second is not None
+    assert path.is_file() and (path.parent / "report.json").is_file()
+    assert all(s.running() for s in service_processes(bench_settings))

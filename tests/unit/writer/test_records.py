@@ -1,14 +1,15 @@
-"""A decoded change record becomes a Change, and a batch's changes become staging rows."""
+"""A decoded change record becomes a Change, and a batch's changes its staging table."""
 
 from __future__ import annotations
 
 import datetime as dt
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from services.iceberg_writer.changes import Change, Op
-from services.iceberg_writer.records import change_of, staging_rows
+from services.iceberg_writer.records import change_of, staging_table
 from services.iceberg_writer.types import STAGING_FLAG, UNCHANGED_COLUMNS, MetadataColumns
 
 pytestmark = pytest.mark.unit
@@ -79,23 +80,35 @@ def change(op: Op, row: dict[str, Any] | None, unchanged: tuple[str, ...] | None
     )
 
 
-def test_staging_rows_carry_the_converted_row_its_key_and_the_metadata() -> None:
-    rows = staging_rows(
+def _schema(*names: str, unchanged: bool = False) -> pa.Schema:
+    types = {"id": pa.int64(), "_ts": pa.timestamp("us", tz="UTC"), STAGING_FLAG: pa.bool_()}
+    fields = [pa.field(name, types.get(name, pa.string())) for name in names]
+    if unchanged:
+        fields.append(pa.field(UNCHANGED_COLUMNS, pa.list_(pa.string())))
+    return pa.schema(fields)
+
+
+def test_the_staging_table_carries_the_converted_row_its_key_and_the_metadata() -> None:
+    schema = _schema("id", "name", "opens", "missing", "_op", "_pos", "_ts", STAGING_FLAG,
+                     unchanged=True)  # fmt: skip
+    table = staging_table(
         [
-            change(Op.UPDATE, {"id": 8, "name": "Åsa", "opens": 5}, ("note",)),
+            change(Op.UPDATE, {"id": 8, "name": "Åsa", "opens": 5, "other": 1}, ("note",)),
             change(Op.DELETE, {"id": 7, "name": "gone"}),
         ],
+        schema,
         ("id",),
         {"opens": str, "missing": str},
         MetadataColumns(op="_op", position="_pos", source_ts="_ts"),
-        partial=True,
     )
     when = dt.datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=dt.UTC)
-    assert rows == [
+    assert table.schema == schema
+    assert table.to_pylist() == [
         {
             "id": 7,  # the key wins over the row's own value
             "name": "Åsa",
             "opens": "5",
+            "missing": None,  # a converter applies only to a value the row has
             "_op": "UPDATE",
             "_pos": "0000000000000042",
             "_ts": when,
@@ -104,6 +117,9 @@ def test_staging_rows_carry_the_converted_row_its_key_and_the_metadata() -> None
         },
         {
             "id": 7,
+            "name": None,  # a delete carries its key only
+            "opens": None,
+            "missing": None,
             "_op": "DELETE",
             "_pos": "0000000000000042",
             "_ts": when,
@@ -114,11 +130,18 @@ def test_staging_rows_carry_the_converted_row_its_key_and_the_metadata() -> None
 
 
 def test_metadata_columns_that_are_off_are_left_out() -> None:
-    (row,) = staging_rows(
+    schema = _schema("id", "_pos", STAGING_FLAG)
+    table = staging_table(
         [change(Op.CREATE, {"id": 7})],
+        schema,
         ("id",),
         {},
         MetadataColumns(op=None, position="_pos", source_ts=""),
-        partial=False,
     )
-    assert row == {"id": 7, "_pos": "0000000000000042", STAGING_FLAG: False}
+    assert table.to_pylist() == [{"id": 7, "_pos": "0000000000000042", STAGING_FLAG: False}]
+
+
+def test_an_empty_batch_is_an_empty_table_of_the_schema() -> None:
+    schema = _schema("id", "_op", "_pos", "_ts", STAGING_FLAG)
+    table = staging_table([], schema, ("id",), {}, MetadataColumns("_op", "_pos", "_ts"))
+    assert (table.num_rows, table.schema) == (0, schema)
