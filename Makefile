@@ -65,8 +65,8 @@ lint: install ## ruff and mypy --strict
 	$(BIN)/ruff check $(PY_SOURCES) tests
 	$(BIN)/ruff format --check $(PY_SOURCES) tests
 	$(BIN)/mypy --strict services shared icefjord contracts
-	$(BIN)/ruff check deploy/validate deploy/docker/lock.py
-	$(BIN)/ruff format --check deploy/validate deploy/docker/lock.py
+	$(BIN)/ruff check deploy/validate deploy/docker/lock.py deploy/peer-flink/job.py
+	$(BIN)/ruff format --check deploy/validate deploy/docker/lock.py deploy/peer-flink/job.py
 	MYPYPATH=deploy/validate $(BIN)/mypy --strict -p deploycheck
 	$(BIN)/mypy --strict deploy/docker/lock.py
 	$(BIN)/python deploy/docker/lock.py --check

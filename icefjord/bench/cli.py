@@ -417,7 +417,13 @@ def bench_commit_cost_command(
 
 @bench_app.command("drain")
 def bench_drain_command(
-    rows: int = typer.Option(300_000, "--rows", min=0, help="Rows inserted with COPY."),
+    workload: str = typer.Option(
+        "demo",
+        "--workload",
+        help="demo: the demo's three tables, every type; peer: the one table a Flink SQL job "
+        "reads too (--rows inserts, as many updates, a quarter as many deletes).",
+    ),
+    rows: int = typer.Option(300_000, "--rows", min=0, help="Rows inserted."),
     updates: int = typer.Option(
         600_000, "--updates", min=0, help="Rows updated by set-based UPDATE statements."
     ),
@@ -438,7 +444,17 @@ def bench_drain_command(
     start the services cold and time them until every table holds every change; verify."""
     from icefjord.bench.drain import DrainOptions, render, run_drain
 
-    options = DrainOptions(rows=rows, updates=updates, dml=dml, keep_source=keep_source, out=out)
+    if workload not in ("demo", "peer"):
+        errors.print(f"--workload is demo or peer, not {workload!r}")
+        raise typer.Exit(2)
+    options = DrainOptions(
+        workload="peer" if workload == "peer" else "demo",
+        rows=rows,
+        updates=updates,
+        dml=dml,
+        keep_source=keep_source,
+        out=out,
+    )
     settings = LocalSettings()
     try:
         report, path = run_drain(settings, options, console)
@@ -448,6 +464,39 @@ def bench_drain_command(
     console.print(render(report))
     console.print(f"wrote {path}")
     if not report.verified:
+        raise typer.Exit(1)
+
+
+@bench_app.command("peer")
+def bench_peer_command(
+    rows: int = typer.Option(
+        600_000,
+        "--rows",
+        min=1,
+        help="Rows of the peer table: as many inserts and updates, a quarter as many deletes.",
+    ),
+    parallelism: int = typer.Option(2, "--parallelism", min=1, help="The Flink job's."),
+    out: Path | None = typer.Option(  # noqa: B008 (typer's idiom)
+        None, "--out", help="Report directory (default <state>/bench/peer-<timestamp>)."
+    ),
+) -> None:
+    """Icefjord beside a Flink SQL job (PyFlink, Kafka connector, Iceberg's Flink runtime) on
+    one Debezium backlog: wall time, CPU and changes per CPU second of each; both verified."""
+    import shlex
+    import sys
+
+    from icefjord.bench.peer import PeerOptions, render, run_peer
+
+    settings = LocalSettings()
+    options = PeerOptions(rows=rows, parallelism=parallelism, out=out)
+    try:
+        report, path = run_peer(settings, options, shlex.join(sys.argv), console)
+    except (DemoError, StartError, ArtifactError, PostgresError, ConnectError) as exc:
+        errors.print(f"[red]{exc}[/red]")
+        raise typer.Exit(EXIT_SETUP_FAILED) from exc
+    console.print(render(report))
+    console.print(f"wrote {path}")
+    if not (report.icefjord.verified and report.flink.equal and report.flink.caught_up):
         raise typer.Exit(1)
 
 

@@ -21,6 +21,7 @@ The figures measure the services only: the source and Debezium work before the c
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -32,10 +33,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from rich.console import Console
 from rich.live import Live
 
+from icefjord.bench import peer_workload
 from icefjord.bench.cpu import CpuUse
 from icefjord.bench.pipeline import BENCH_CLIENT, Bench, BenchOptions, copy_load, normalizer_build
 from icefjord.demo.catchup import count_committed, end_offsets
@@ -59,10 +62,19 @@ SCHEMA_BASE = "bench_drain"
 SERVICE_LABEL = re.compile(r"^(normalizer|watcher|writer|maintainer) service")
 
 
+Workload = Literal["demo", "peer"]
+
+
 @dataclass(frozen=True)
 class DrainOptions:
-    """The backlog's make-up and the run's limits; ``out`` None: ``<state>/bench/drain-<ts>``."""
+    """The backlog's make-up and the run's limits; ``out`` None: ``<state>/bench/drain-<ts>``.
 
+    ``workload`` ``demo``: the demo's three tables (every type the normalizer converts), with
+    ``rows``, ``updates`` and ``dml`` as below. ``peer``: the one table a Flink SQL job can
+    read too (:mod:`icefjord.bench.peer_workload`), ``rows`` inserts, as many updates and a
+    quarter as many deletes; ``updates`` and ``dml`` unused."""
+
+    workload: Workload = "demo"
     rows: int = 300_000
     updates: int = 600_000
     dml: int = 100_000
@@ -78,7 +90,7 @@ class DrainOptions:
     def __post_init__(self) -> None:
         if min(self.rows, self.updates, self.dml) < 0 or self.rows_per_statement < 1:
             raise ValueError("rows, updates and dml >= 0; rows per statement >= 1")
-        if self.rows + self.updates + self.dml == 0:
+        if self.rows + (0 if self.workload == "peer" else self.updates + self.dml) == 0:
             raise ValueError("an empty backlog has nothing to drain")
 
 
@@ -118,6 +130,7 @@ class DrainReport:
     command: str
     started: str
     schema: str
+    workload: str
     backlog: Backlog
     wall_seconds: float
     caught_up: bool
@@ -181,7 +194,8 @@ def render(report: DrainReport) -> str:
         "# Drain benchmark: CPU per change from a cold start",
         "",
         f"- command: `{report.command}`",
-        f"- started {report.started}; source schema `{report.schema}`; {report.machine}",
+        f"- started {report.started}; source schema `{report.schema}` ({report.workload} "
+        f"workload); {report.machine}",
         f"- normalizer and writer build: {report.normalizer_build}",
         f"- backlog: **{n:,} row changes** ({b.inserts:,} inserts, {b.updates:,} updates, "
         f"{b.key_changes:,} key changes, {b.deletes:,} deletes) in {b.kafka_records:,} "
@@ -240,13 +254,54 @@ def make_backlog(
 ) -> tuple[Backlog, dict[str, int]]:
     """Create the tables, start capture, run the workload; return what it did and each
     table's last change (ms) once Kafka holds every record Debezium makes of it."""
+    began = time.monotonic()
+    if options.workload == "peer":
+        backlog, last, tables = _peer_backlog(source, options, log)
+    else:
+        backlog, last, tables = _demo_backlog(source, planner, options, log)
+    topics = [source.names.topic(t) for t in tables]
+    deadline = time.monotonic() + options.backlog_timeout_s
+    expected = backlog.kafka_records
+    while (have := _source_records(source.settings, topics)) < expected:
+        if time.monotonic() > deadline:
+            raise DemoError(f"Debezium wrote {have:,} of {expected:,} records in time")
+        log(f"Debezium has written {have:,} of {expected:,} records")
+        time.sleep(5)
+    return dataclasses.replace(backlog, seconds=time.monotonic() - began), last
+
+
+def _capture(source: PostgresDemoSource, tables: list[str]) -> None:
+    source.start_capture(tables, source.connector_config())
+    source.connect.wait_running(source.names.connector)
+
+
+def _peer_backlog(
+    source: PostgresDemoSource, options: DrainOptions, log: Callable[[str], None]
+) -> tuple[Backlog, dict[str, int], list[str]]:
+    names = source.names
+    conn = source.workload.connection()
+    peer_workload.create(conn, names.schema, names.publication)
+    _capture(source, [peer_workload.TABLE])
+    done = peer_workload.run(conn, names.schema, options.rows, progress=log)
+    backlog = Backlog(
+        inserts=done.inserts,
+        updates=done.updates,
+        key_changes=0,
+        deletes=done.deletes,
+        kafka_records=done.inserts + done.updates + 2 * done.deletes,
+        seconds=0.0,
+    )
+    return backlog, {names.iceberg(peer_workload.TABLE): done.last_change_ms}, [peer_workload.TABLE]
+
+
+def _demo_backlog(
+    source: PostgresDemoSource, planner: Planner, options: DrainOptions, log: Callable[[str], None]
+) -> tuple[Backlog, dict[str, int], list[str]]:
     names = source.names
     workload = source.workload
     tables = [t.name for t in planner.initial_tables]
-    began = time.monotonic()
     workload.create_schema(planner.initial_tables, names.publication)
-    source.start_capture(tables, source.connector_config())
-    source.connect.wait_running(names.connector)
+    _capture(source, tables)
     loaded = copy_load(workload, planner.seed(batch=1000)) if options.rows else 0
     log(f"COPY inserted {loaded:,} rows")
     last: dict[str, int] = {}
@@ -273,22 +328,15 @@ def make_backlog(
     missing = [t for t in tables if names.iceberg(t) not in last]
     if missing:
         raise DemoError(f"no streamed change touched {', '.join(missing)}: raise --dml")
-    topics = [names.topic(t) for t in tables]
-    deadline = time.monotonic() + options.backlog_timeout_s
-    while (have := _source_records(source.settings, topics)) < expected:
-        if time.monotonic() > deadline:
-            raise DemoError(f"Debezium wrote {have:,} of {expected:,} records in time")
-        log(f"Debezium has written {have:,} of {expected:,} records")
-        time.sleep(5)
     backlog = Backlog(
         inserts=totals[0],
         updates=totals[1],
         key_changes=totals[2],
         deletes=totals[3],
         kafka_records=expected,
-        seconds=time.monotonic() - began,
+        seconds=0.0,
     )
-    return backlog, last
+    return backlog, last, tables
 
 
 def run_drain(
@@ -317,7 +365,7 @@ def run_drain(
     build = normalizer_build(services)
     kafka = settings.kafka_settings()
     dead_before = end_offsets(kafka, DEAD_LETTER_TOPIC)
-    per_table = math.ceil(options.rows / 3)
+    per_table = 0 if options.workload == "peer" else math.ceil(options.rows / 3)
     planner = Planner(WorkloadSpec(initial_rows=per_table, seed=options.seed))
     try:
         backlog, last_change_ms = make_backlog(source, planner, options, log)
@@ -351,6 +399,7 @@ def run_drain(
         command=options.command,
         started=started.isoformat(timespec="seconds"),
         schema=source.names.schema,
+        workload=options.workload,
         backlog=backlog,
         wall_seconds=max(0.0, end - wall_start),
         caught_up=done,

@@ -220,7 +220,7 @@ def ensure_connect_artifacts(
     if not connect.converter_jar.is_file():
         progress("building and testing the Connect converter (deploy/connect-json)")
         build = connect.converter_jar.parent
-        _maven(
+        run_maven(
             [
                 "-f",
                 str(CONVERTER_MODULE / "pom.xml"),
@@ -248,7 +248,7 @@ def resolve_with_maven(
 ) -> None:
     """Run ``deploy/local/pom.xml`` with the configured versions and ``profiles`` (the
     default profile's artifacts always come along); raise :class:`ArtifactError` on failure."""
-    _maven(
+    run_maven(
         [
             "-f",
             str(POM),
@@ -266,7 +266,7 @@ def resolve_with_maven(
     )
 
 
-def _maven(arguments: list[str], progress: Callable[[str], None]) -> None:
+def run_maven(arguments: list[str], progress: Callable[[str], None]) -> None:
     """Run Maven in batch mode, showing downloads as they go; raise with its output's tail."""
     mvn = shutil.which("mvn")
     if mvn is None:

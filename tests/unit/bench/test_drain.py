@@ -90,6 +90,7 @@ def _report(tables_ok: bool = True, dead: int = 0) -> DrainReport:
         command="icefjord bench drain",
         started="2026-11-29T03:00:00+00:00",
         schema="bench_drain",
+        workload="demo",
         backlog=backlog,
         wall_seconds=48.5,
         caught_up=True,
