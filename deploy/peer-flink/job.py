@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from pyflink.table import EnvironmentSettings, TableEnvironment
@@ -80,9 +81,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, required=True)
     config = json.loads(parser.parse_args().config.read_text())
+    # Every jar on the JVM's own classpath, as a Flink user copies connectors into Flink's
+    # lib/: Flink loads Hadoop's classes parent-first, Iceberg finds its catalog classes by
+    # name, and the planner compiles calls to the functions (PyFlink's gateway puts
+    # HADOOP_CLASSPATH on its classpath; pipeline.jars or ADD JAR reach none of the three).
+    os.environ["HADOOP_CLASSPATH"] = os.pathsep.join(config["jars"])
     env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
     conf = env.get_config()
-    conf.set("pipeline.jars", ";".join(f"file://{jar}" for jar in config["jars"]))
     conf.set("parallelism.default", str(config["parallelism"]))
     conf.set("execution.checkpointing.interval", f"{config['checkpoint_seconds']}s")
     conf.set("taskmanager.memory.process.size", "2g")
