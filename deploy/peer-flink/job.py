@@ -44,7 +44,7 @@ CREATE TABLE debezium_source (
 """
 
 CATALOG = """
-CREATE CATALOG lake WITH (
+CREATE CATALOG `{catalog_name}` WITH (
     'type' = 'iceberg',
     'catalog-impl' = 'org.apache.iceberg.jdbc.JdbcCatalog',
     'catalog-name' = '{catalog_name}',
@@ -55,7 +55,7 @@ CREATE CATALOG lake WITH (
 """
 
 SINK = """
-CREATE TABLE lake.`{namespace}`.`{table}` (
+CREATE TABLE `{catalog_name}`.`{namespace}`.`{table}` (
     id BIGINT,
     name STRING,
     amount DECIMAL(14, 2),
@@ -70,7 +70,7 @@ CREATE TABLE lake.`{namespace}`.`{table}` (
 """
 
 INSERT = """
-INSERT INTO lake.`{namespace}`.`{table}`
+INSERT INTO `{catalog_name}`.`{namespace}`.`{table}`
 SELECT id, name, CAST(debezium_decimal(amount, {amount_scale}) AS DECIMAL(14, 2)), quantity,
        zoned_timestamp(updated_at), epoch_day(`day`)
 FROM debezium_source
@@ -99,7 +99,7 @@ def main() -> None:
         env.create_java_temporary_system_function(name, cls)
     env.execute_sql(SOURCE.format(**config))
     env.execute_sql(CATALOG.format(**config))
-    env.execute_sql(f"CREATE DATABASE IF NOT EXISTS lake.`{config['namespace']}`")
+    env.execute_sql("CREATE DATABASE IF NOT EXISTS `{catalog_name}`.`{namespace}`".format(**config))
     env.execute_sql(SINK.format(**config))
     result = env.execute_sql(INSERT.format(**config))
     print("job submitted", flush=True)

@@ -35,10 +35,10 @@ CREATE TABLE {table} (
 # negative-free decimal with cents, dates over two years).
 INSERT = """
 INSERT INTO {table}
-SELECT g, 'item ' || g, (g * 7919 % 10000000) / 100.0, g % 1000,
+SELECT g, 'item ' || g, (g * 7919 %% 10000000) / 100.0, g %% 1000,
        timestamptz '2024-01-01 00:00:00+00' + g * interval '1 second'
-           + (g % 999983) * interval '1 microsecond',
-       date '2024-01-01' + (g % 730)::int
+           + (g %% 999983) * interval '1 microsecond',
+       date '2024-01-01' + (g %% 730)::int
 FROM generate_series(%s::bigint, %s::bigint) AS g
 """
 

@@ -84,25 +84,35 @@ def test_a_short_benchmark_runs_every_phase_verifies_and_drops_its_source(
 
 
 @pytest.mark.timeout(1200)
+@pytest.mark.parametrize("workload", ["demo", "peer"])
 def test_a_small_drain_measures_each_service_from_a_cold_start_and_verifies(
-    bench_settings: LocalSettings, tmp_path: Path
+    bench_settings: LocalSettings, tmp_path: Path, workload: str
 ) -> None:
     from icefjord.bench.drain import DrainOptions, run_drain
     from icefjord.local.services import service_processes
 
     out = io.StringIO()
     console = Console(file=out, width=140, force_terminal=False)
-    options = DrainOptions(rows=3_000, updates=4_000, dml=1_500, out=tmp_path / "drain")
+    if workload == "demo":
+        options = DrainOptions(rows=3_000, updates=4_000, dml=1_500, out=tmp_path / "drain")
+    else:
+        options = DrainOptions(workload="peer", rows=2_000, out=tmp_path / "drain")
     try:
         report, path = run_drain(bench_settings, options, console)
     finally:
         print(out.getvalue()[-20_000:])  # shown by pytest when the test fails
     assert report.verified, out.getvalue()[-4000:]
     backlog = report.backlog
-    # The backlog is what was asked for, cut at the first transaction reaching each count.
-    assert backlog.inserts >= 3_000 and backlog.changes >= 3_000 + 4_000 + 1_500
+    if workload == "demo":
+        # What was asked for, cut at the first transaction reaching each count.
+        assert backlog.inserts >= 3_000 and backlog.changes >= 3_000 + 4_000 + 1_500
+        tables = ["customers", "orders", "payments"]
+    else:
+        # Every row inserted, updated once, every fourth deleted.
+        assert (backlog.inserts, backlog.updates, backlog.deletes) == (2_000, 2_000, 500)
+        tables = ["items"]
     assert backlog.deletes > 0 and backlog.kafka_records > backlog.changes
-    assert [t[0].split(".")[-1] for t in report.tables] == ["customers", "orders", "payments"]
+    assert [t[0].split(".")[-1] for t in report.tables] == tables
     # Every service was started by the run, so each was measured from its start.
     measured = {c.name.split()[0]: c.cpu_seconds for c in report.components if c.service}
     assert set(measured) == {"normalizer", "watcher", "writer", "maintainer"}
