@@ -51,7 +51,7 @@ WHERE id BETWEEN %s AND %s
 
 DELETE = "DELETE FROM {table} WHERE id BETWEEN %s AND %s AND id %% 4 = 0"
 
-NOW_MS = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+NOW_MS = "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
 
 @dataclass(frozen=True)
