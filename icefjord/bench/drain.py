@@ -30,7 +30,7 @@ import re
 import shlex
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -410,9 +410,3 @@ def run_drain(
         machine=f"{os.cpu_count()} cores, load at end {os.getloadavg()[0]:.1f}",
     )
     return report, write(report, out)
-
-
-def service_figures(report: DrainReport) -> Mapping[str, float | None]:
-    """Each service's microseconds of CPU per change (for the CLI's table)."""
-    n = report.backlog.changes
-    return {c.name: c.per_change_us(n) for c in report.components if c.service}
