@@ -40,8 +40,15 @@ from rich.live import Live
 
 from icefjord.bench import peer_workload
 from icefjord.bench.cpu import CpuUse
-from icefjord.bench.pipeline import BENCH_CLIENT, Bench, BenchOptions, copy_load, normalizer_build
-from icefjord.demo.catchup import count_committed, end_offsets
+from icefjord.bench.pipeline import (
+    BENCH_CLIENT,
+    Bench,
+    BenchOptions,
+    copy_load,
+    normalizer_build,
+    verify_and_settle,
+)
+from icefjord.demo.catchup import end_offsets
 from icefjord.demo.plan import Planner, Transaction, WorkloadSpec, row_operations
 from icefjord.demo.run import (
     DemoError,
@@ -49,7 +56,6 @@ from icefjord.demo.run import (
     pick_source,
     prepare_source,
     start_services,
-    verify_source,
 )
 from icefjord.demo.source import PostgresDemoSource
 from icefjord.demo.workload import WorkloadResult
@@ -383,16 +389,7 @@ def run_drain(
             done, last = bench.catch_up()
             cpu = bench.cpu_since(cpu_start)
         end = last.last_commit_unix if done and last.last_commit_unix else time.time()
-        log("verifying every table against its source (Spark reads Iceberg)")
-        checked = verify_source(settings, source)
-        dead = count_committed(
-            kafka,
-            DEAD_LETTER_TOPIC,
-            dead_before,
-            source_prefix=f"{source.names.topic_prefix}.{source.names.schema}.",
-        )
-        if checked.ok and not options.keep_source:
-            source.discard()
+        checked, dead = verify_and_settle(settings, source, dead_before, options.keep_source, log)
     finally:
         source.close()
     report = DrainReport(

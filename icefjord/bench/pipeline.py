@@ -22,7 +22,7 @@ import shlex
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -48,6 +48,7 @@ from icefjord.demo.run import (
     where_stalled,
 )
 from icefjord.demo.source import DemoSource, PostgresDemoSource
+from icefjord.demo.verify import VerifyReport
 from icefjord.demo.workload import PostgresWorkload, WorkloadResult, paced
 from icefjord.local.postgres import PostgresCluster
 from icefjord.local.processes import ManagedProcess
@@ -444,6 +445,30 @@ def normalizer_build(services: Sequence[ServiceProcess]) -> str:
     return ""
 
 
+def verify_and_settle(
+    settings: LocalSettings,
+    source: DemoSource,
+    dead_before: Mapping[int, int],
+    keep_source: bool,
+    log: Callable[[str], None],
+) -> tuple[VerifyReport, int]:
+    """After a benchmark: every table compared with its source, the dead letters its source
+    topics got since ``dead_before``, and the source dropped once every table is equal
+    (unless ``keep_source``)."""
+    log("verifying every table against its source (Spark reads Iceberg)")
+    checked = verify_source(settings, source)
+    dead = count_committed(
+        settings.kafka_settings(),
+        DEAD_LETTER_TOPIC,
+        dead_before,
+        source_prefix=f"{source.names.topic_prefix}.{source.names.schema}.",
+    )
+    if checked.ok and not keep_source:
+        log(f"dropping the source schema {source.names.schema} (--keep-source keeps it)")
+        source.discard()
+    return checked, dead
+
+
 def run_bench(settings: LocalSettings, options: BenchOptions, console: Console) -> BenchResult:
     """The whole benchmark; see the module docstring. Raises ``DemoError``, ``StartError``,
     ``ArtifactError``, ``PostgresError``, ``ConnectError`` when it cannot be set up."""
@@ -494,17 +519,7 @@ def run_bench(settings: LocalSettings, options: BenchOptions, console: Console) 
                 phases.append(bench.stream(planner, None))
             bench.phase = "verify"
             bench.sample()
-        log("verifying every table against its source (Spark reads Iceberg)")
-        checked = verify_source(settings, source)
-        dead = count_committed(
-            kafka,
-            DEAD_LETTER_TOPIC,
-            dead_before,
-            source_prefix=f"{source.names.topic_prefix}.{source.names.schema}.",
-        )
-        if checked.ok and not options.keep_source:
-            log(f"dropping the source schema {source.names.schema} (--keep-source keeps it)")
-            source.discard()
+        checked, dead = verify_and_settle(settings, source, dead_before, options.keep_source, log)
     finally:
         source.close()
     if kind == "postgres":
