@@ -71,7 +71,14 @@ def build_spark_session(
     properties = catalog_properties(catalog)
     if properties.get("type") == "sql":
         open_catalog(catalog)  # creates the JDBC catalog's tables if they are missing
-    if jars:
+    conf = dict(spark.conf)
+    if jars and spark.master.startswith("local"):
+        # One JVM: the jars go on its class path. As `spark.jars`, the in-process executor
+        # would copy every one (127 MB) into a temporary directory at each start, and leave
+        # the copies behind whenever the JVM is killed.
+        extra = conf.get("spark.driver.extraClassPath")
+        conf["spark.driver.extraClassPath"] = os.pathsep.join([*([extra] if extra else []), *jars])
+    elif jars:
         builder = builder.config("spark.jars", ",".join(jars))
     catalog_conf = spark_catalog_conf(catalog.name, properties)
     # pyspark starts its JVM with every builder setting as a `--conf` argument, readable by
@@ -84,7 +91,7 @@ def build_spark_session(
     if spark.java_options:
         builder = builder.config("spark.driver.defaultJavaOptions", spark.java_options)
         builder = builder.config("spark.executor.defaultJavaOptions", spark.java_options)
-    for key, value in spark.conf.items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     for key, value in secrets.items():

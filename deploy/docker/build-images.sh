@@ -43,15 +43,28 @@ for service in "${services[@]}"; do
   echo "== building $tag ($bases bases)"
   start=$SECONDS
   log="$(mktemp)"
-  # The legacy builder: BuildKit's `# syntax` front end and buildx need a registry.
-  if ! DOCKER_BUILDKIT=0 docker build "${args[@]}" -f "deploy/docker/$service.Dockerfile" \
-      -t "$tag" . >"$log" 2>&1; then
-    tail -40 "$log" >&2
-    rm -f "$log"
-    echo "building $tag failed" >&2
-    exit 1
-  fi
+  # The legacy builder (BuildKit's `# syntax` front end and buildx need a registry) keeps each
+  # stage as an untagged image, the cache of the next build. Each stage is tagged and
+  # labelled, the image too, so the ones a rebuild replaces can be pruned (below) without
+  # touching the cache or anyone else's images.
+  dockerfile="deploy/docker/$service.Dockerfile"
+  targets=()
+  while read -r stage; do
+    [[ "$stage" == runtime ]] || targets+=("$stage:icefjord-stage/$service-$stage:$version")
+  done < <(sed -n 's/^FROM .* AS \([a-z]*\)$/\1/p' "$dockerfile")
+  targets+=("runtime:$tag")
+  for target in "${targets[@]}"; do
+    if ! DOCKER_BUILDKIT=0 docker build "${args[@]}" -f "$dockerfile" --target "${target%%:*}" \
+        --label "io.icefjord.build=$service" -t "${target#*:}" . >"$log" 2>&1; then
+      tail -40 "$log" >&2
+      rm -f "$log"
+      echo "building ${target#*:} failed" >&2
+      exit 1
+    fi
+  done
   rm -f "$log"
+  # What this build replaced: the previous image and stages, now untagged.
+  docker image prune -f --filter "label=io.icefjord.build=$service" >/dev/null
   echo "   built in $((SECONDS - start)) s"
 done
 docker image ls --format '{{.Repository}}:{{.Tag}}\t{{.Size}}' 'icefjord/*'

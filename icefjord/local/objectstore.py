@@ -32,6 +32,13 @@ class ObjectStoreError(IcefjordError, RuntimeError):
     """SeaweedFS could not be built or did not serve S3; the message says why."""
 
 
+def free_mib(path: Path) -> int:
+    """Free space of the file system holding ``path``, in MiB (what an unprivileged
+    process may use)."""
+    stat = os.statvfs(path)
+    return stat.f_bavail * stat.f_frsize // (1024 * 1024)
+
+
 def weed_binary(settings: LocalSettings) -> Path:
     """Where the ``weed`` binary of the configured version is kept."""
     return settings.dist_dir / f"seaweedfs-{settings.seaweedfs_version}" / "weed"
@@ -126,6 +133,12 @@ class ObjectStore:
         its S3 port, then create the bucket if missing. Raises ObjectStoreError."""
         s = self.settings
         (self.home / "data").mkdir(parents=True, exist_ok=True)
+        free = free_mib(self.home / "data")
+        if free < s.s3_min_free_mib:
+            raise ObjectStoreError(
+                f"{free} MiB free under {self.home}: SeaweedFS would serve read-only below "
+                f"{s.s3_min_free_mib} MiB (s3_min_free_mib); free some disk space"
+            )
         binary = weed_binary(s)
         if not binary.is_file():
             raise ObjectStoreError(f"{binary} is missing; `icefjord local up` builds it")
@@ -145,6 +158,7 @@ class ObjectStore:
                 f"-volume.port={s.s3_volume_port}",
                 f"-volume.port.grpc={s.s3_volume_grpc_port}",
                 "-volume.max=0",
+                f"-volume.minFreeSpace={s.s3_min_free_mib}MiB",
                 "-filer",
                 f"-filer.port={s.s3_filer_port}",
                 f"-filer.port.grpc={s.s3_filer_grpc_port}",
@@ -192,8 +206,19 @@ class ObjectStore:
             entries = s3_filesystem(s).get_file_info(selector)
         except OSError as exc:
             return Health(self.name, self.address(), False, f"bucket unreadable: {exc}")
+        free = free_mib(self.home)
+        if free < s.s3_min_free_mib:
+            return Health(
+                self.name,
+                self.address(),
+                False,
+                f"read-only: {free} MiB free, below s3_min_free_mib ({s.s3_min_free_mib})",
+            )
         return Health(
-            self.name, self.address(), True, f"SeaweedFS S3, bucket with {len(entries)} entries"
+            self.name,
+            self.address(),
+            True,
+            f"SeaweedFS S3, bucket with {len(entries)} entries, {free} MiB free",
         )
 
     def log_tail(self) -> str:

@@ -69,6 +69,13 @@ class LocalSettings(BaseSettings):
     s3_access_key: str = "icefjord"
     s3_secret_key: SecretStr = SecretStr("icefjord-local-secret")
     s3_region: str = "us-east-1"
+    s3_min_free_mib: int = Field(
+        default=512,
+        ge=1,
+        description="SeaweedFS marks every volume read-only when its disk has less free space "
+        "than this, and writes then fail. Its own default is 1% of the disk, which on a large "
+        "disk shared with others can be gigabytes that are not ours to keep free.",
+    )
     seaweedfs_module: str = "github.com/seaweedfs/seaweedfs"
     seaweedfs_version: str = "v0.0.0-20261109003541-7506e5f91cd6"
     catalog_database: str = "icefjord_catalog"
