@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from icefjord.bench.cli import bench_app
+from icefjord.deadletter_cli import deadletter_app
 from icefjord.demo.cli import demo_command
 from icefjord.local.components import Health
 from icefjord.local.settings import LocalSettings
@@ -33,6 +34,7 @@ app.command("normalize")(normalize_command)
 app.add_typer(control_app, name="control")
 app.command("tables")(tables_command)
 app.add_typer(table_app, name="table")
+app.add_typer(deadletter_app, name="deadletter")
 
 
 app.command("demo")(demo_command)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
@@ -22,6 +21,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from debezium_support import json_envelope, json_key, payload
 from harness import LostOnce, Stack, free_port
+from normalizer_support import COLUMNS, drain, normalizer_settings, row
 from prometheus_client import CollectorRegistry
 
 from services.cdc_normalizer.app import NormalizerService
@@ -38,32 +38,9 @@ from shared.kafka import (
 from shared.loop import EXIT_STUCK
 from shared.registry import make_registry_client
 
-COLUMNS: list[dict[str, Any]] = [
-    {"type": "int32", "optional": False, "field": "id"},
-    {"type": "string", "optional": True, "field": "email"},
-    {
-        "type": "bytes",
-        "optional": True,
-        "field": "balance",
-        "name": "org.apache.kafka.connect.data.Decimal",
-        "parameters": {"scale": "2", "connect.decimal.precision": "10"},
-    },
-    {"type": "int32", "optional": True, "field": "birth_date", "name": "io.debezium.time.Date"},
-]
-
 
 class Crash(Exception):
     """Stands for the process dying between producing and committing."""
-
-
-def row(customer_id: int, email: str, cents: int, days: int) -> dict[str, Any]:
-    unscaled = cents.to_bytes(8, "big", signed=True).lstrip(b"\x00") or b"\x00"
-    return {
-        "id": customer_id,
-        "email": email,
-        "balance": base64.b64encode(unscaled).decode(),
-        "birth_date": days,
-    }
 
 
 def envelope(
@@ -101,18 +78,6 @@ def read_all(stack: Stack, topic: str, isolation: str, settle_s: float = 4.0) ->
     return out
 
 
-def drain(service: NormalizerService, expected: int, timeout_s: float = 60.0) -> int:
-    """Step until ``expected`` records were committed (retrying like run_loop would)."""
-    done = 0
-    deadline = time.monotonic() + timeout_s
-    while done < expected and time.monotonic() < deadline:
-        try:
-            done += service.step()
-        except RetryableError:
-            time.sleep(0.5)
-    return done
-
-
 def unwrap(value: Any) -> Any:
     """fastavro's return_record_name gives (name, record) for record union branches."""
     return value[1] if isinstance(value, tuple) else value
@@ -127,18 +92,9 @@ def setup(stack: Stack, unique: Callable[[str], str]) -> Any:
     ensure_topics(admin, [TopicRequest(source_topic, 1)])
 
     def settings(**overrides: Any) -> NormalizerSettings:
-        values: dict[str, Any] = {
-            "kafka": stack.kafka,
-            "registry": stack.registry,
-            "include_pattern": f"^{re.escape(source_topic)}$",
-            "group_id": f"normalizer-{table}",
-            "transactional_id": f"tx-{table}",
-            "dead_letter_topic": dead_letter_topic,
-            "topic_replication_factor": 1,
-            "batch_size": 3,
-            "poll_timeout_s": 0.5,
-        }
-        return NormalizerSettings(**(values | overrides))
+        return normalizer_settings(
+            stack, source_topic, table, dead_letter_topic, **({"batch_size": 3} | overrides)
+        )
 
     yield source_topic, table, dead_letter_topic, settings
     output = f"icefjord.changes.inventory.{table}"

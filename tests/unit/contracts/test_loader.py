@@ -98,6 +98,7 @@ def test_catalog_names_are_unique_and_cover_every_topic() -> None:
         "icefjord.control",
         "icefjord.deadletter",
         "icefjord.quarantine",
+        "icefjord.replays",
     }
 
 
@@ -109,6 +110,7 @@ def test_catalog_names_are_unique_and_cover_every_topic() -> None:
         ("icefjord.control", "icefjord.control"),
         ("icefjord.deadletter", "icefjord.deadletter"),
         ("icefjord.quarantine", "icefjord.quarantine"),
+        ("icefjord.replays", "icefjord.replays"),
     ],
 )
 def test_each_concrete_topic_matches_exactly_one_entry(topic: str, entry: str) -> None:

@@ -12,6 +12,7 @@ import fastavro
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from normalizer_support import COLUMNS, row
 
 import contracts
 from services.cdc_normalizer.config import NormalizerSettings
@@ -38,18 +39,6 @@ pytestmark = pytest.mark.unit
 TOPIC = "shop.inventory.customers"
 NOW_MS = 1_700_000_123_456
 
-COLUMNS: list[dict[str, Any]] = [
-    {"type": "int32", "optional": False, "field": "id"},
-    {"type": "string", "optional": True, "field": "email"},
-    {
-        "type": "bytes",
-        "optional": True,
-        "field": "balance",
-        "name": "org.apache.kafka.connect.data.Decimal",
-        "parameters": {"scale": "2", "connect.decimal.precision": "10"},
-    },
-    {"type": "int32", "optional": True, "field": "birth_date", "name": "io.debezium.time.Date"},
-]
 ROW = {"type": "struct", "optional": True, "name": "shop.inventory.customers.Value"}
 SOURCE_SCHEMA = {
     "type": "struct",
@@ -109,18 +98,6 @@ def key_bytes(customer_id: int) -> bytes:
         "fields": [{"type": "int32", "optional": False, "field": "id"}],
     }
     return json.dumps({"schema": schema, "payload": {"id": customer_id}}).encode()
-
-
-def row(customer_id: int, email: str, cents: int, days: int) -> dict[str, Any]:
-    import base64
-
-    unscaled = cents.to_bytes(8, "big", signed=True).lstrip(b"\x00") or b"\x00"
-    return {
-        "id": customer_id,
-        "email": email,
-        "balance": base64.b64encode(unscaled).decode(),
-        "birth_date": days,
-    }
 
 
 def no_lookup(schema_id: int) -> AvroWriter:
