@@ -7,11 +7,11 @@ from rich.console import Console
 from rich.table import Table
 
 from icefjord.bench.cli import bench_app
-from icefjord.deadletter_cli import deadletter_app
 from icefjord.demo.cli import demo_command
 from icefjord.local.components import Health
 from icefjord.local.settings import LocalSettings
 from icefjord.local.stack import LocalStack, StartError
+from icefjord.replay_cli import deadletter_app, quarantine_app
 from services.cdc_normalizer.cli import normalize_command
 from services.iceberg_writer.cli import register_control_commands as register_writer_commands
 from services.maintainer.cli import register_control_commands as register_maintainer_commands
@@ -35,6 +35,7 @@ app.add_typer(control_app, name="control")
 app.command("tables")(tables_command)
 app.add_typer(table_app, name="table")
 app.add_typer(deadletter_app, name="deadletter")
+app.add_typer(quarantine_app, name="quarantine")
 
 
 app.command("demo")(demo_command)

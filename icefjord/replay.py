@@ -53,6 +53,18 @@ class ReplayError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class PutBack:
+    """One record for a replay to produce: where to, what, and the marker's key."""
+
+    coordinates: str  # where it was diverted to, "<topic>:<partition>:<offset>"
+    topic: str
+    partition: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True)
 class DeadLetter:
     """One record of the dead-letter topic, its diversion headers read."""
 
@@ -74,6 +86,17 @@ class DeadLetter:
     def coordinates(self) -> str:
         """Where it is on the dead-letter topic: the key of its replay marker."""
         return f"{self.topic}:{self.partition}:{self.offset}"
+
+    def put_back(self) -> PutBack:
+        """The original record, to its source topic and partition, marked as replayed."""
+        return PutBack(
+            coordinates=self.coordinates,
+            topic=self.source_topic,
+            partition=self.source_partition,
+            key=self.key,
+            value=self.value,
+            headers=(*self.headers, (HEADER_REPLAYED_FROM, self.coordinates.encode())),
+        )
 
     @property
     def table(self) -> str:
@@ -196,19 +219,19 @@ def ensure_replays_topic(settings: KafkaSettings, replication_factor: int | None
     )
 
 
-def missing_targets(settings: KafkaSettings, letters: Iterable[DeadLetter]) -> list[str]:
-    """The source topics and partitions of ``letters`` that Kafka does not have now."""
+def missing_targets(settings: KafkaSettings, records: Iterable[PutBack]) -> list[str]:
+    """The topics and partitions ``records`` go to that Kafka does not have now."""
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient(settings.client_config() | {"log_level": 2})
     topics = admin.list_topics(timeout=10).topics
     missing: set[str] = set()
-    for letter in letters:
-        found = topics.get(letter.source_topic)
+    for record in records:
+        found = topics.get(record.topic)
         if found is None or found.error is not None:
-            missing.add(letter.source_topic)
-        elif letter.source_partition not in found.partitions:
-            missing.add(f"{letter.source_topic} partition {letter.source_partition}")
+            missing.add(record.topic)
+        elif record.partition not in found.partitions:
+            missing.add(f"{record.topic} partition {record.partition}")
     return sorted(missing)
 
 
@@ -220,27 +243,27 @@ class ReplayReport:
 
 def replay(
     settings: KafkaSettings,
-    letters: Callable[[], Iterable[DeadLetter]],
+    records: Callable[[], Iterable[PutBack]],
+    stream: str,
     progress: Callable[[int, int], None] = lambda done, total: None,
     batch: int = BATCH,
     timeout_s: float = 60.0,
-    topic: str = DEAD_LETTER_TOPIC,
     producer_factory: Callable[[dict[str, Any]], Producer] = Producer,
     replication_factor: int | None = None,
 ) -> ReplayReport:
-    """Produce each dead letter of ``topic`` that ``letters`` yields back to its source
-    topic and partition, with a marker on ``icefjord.replays`` in the same transaction,
-    ``batch`` records per transaction; skip those an earlier replay marked. ``letters`` is
-    called once the transactional id is ours, so it reads the dead letters after any
-    earlier replay ended. Nothing is produced when a source topic or partition is gone.
-    Raises ReplayError (what was committed before stays committed). Creates
-    ``icefjord.replays`` when missing (``replication_factor``: see
+    """Produce each record ``records`` yields (read from the diversion topic ``stream``) to
+    its topic and partition, with a marker on ``icefjord.replays`` in the same transaction,
+    ``batch`` records per transaction; skip those an earlier replay marked. ``records`` is
+    called once the transactional id (one per ``stream``) is ours, so it reads after any
+    earlier replay ended; it may raise ReplayError to refuse. Nothing is produced when a
+    target topic or partition is gone. Raises ReplayError (what was committed before stays
+    committed). Creates ``icefjord.replays`` when missing (``replication_factor``: see
     :func:`ensure_replays_topic`)."""
     ensure_replays_topic(settings, replication_factor)
     producer = producer_factory(
         settings.client_config()
         | {
-            "transactional.id": TRANSACTIONAL_ID_PREFIX + topic,
+            "transactional.id": TRANSACTIONAL_ID_PREFIX + stream,
             "enable.idempotence": True,
             "transaction.timeout.ms": 60_000,
             "log_level": 2,
@@ -254,35 +277,45 @@ def replay(
     # next are final.
     done = replayed_markers(settings, timeout_s)
     report = ReplayReport()
-    pending: list[DeadLetter] = []
+    todo: list[PutBack] = []
+    for record in records():
+        if record.coordinates in done:
+            report.already += 1
+        else:
+            todo.append(record)
+    missing = missing_targets(settings, todo)
+    if missing:
+        raise ReplayError(
+            f"nothing replayed: {len(todo)} record(s) would go to what Kafka does not have: "
+            + ", ".join(missing)
+        )
     failures: list[str] = []
 
     def delivered(error: KafkaError | None, message: Message) -> None:
         if error is not None:
             failures.append(f"{message.topic()} partition {message.partition()}: {error.str()}")
 
-    def commit() -> None:
-        if not pending:
-            return
+    for start in range(0, len(todo), batch):
+        chunk = todo[start : start + batch]
         producer.begin_transaction()
         now_ms = int(time.time() * 1000)
-        for letter in pending:
+        for record in chunk:
             producer.produce(
-                letter.source_topic,
-                value=letter.value,
-                key=letter.key,
-                partition=letter.source_partition,
-                headers=[*letter.headers, (HEADER_REPLAYED_FROM, letter.coordinates.encode())],
+                record.topic,
+                value=record.value,
+                key=record.key,
+                partition=record.partition,
+                headers=list(record.headers),
                 on_delivery=delivered,
             )
             marker = {
-                "to_topic": letter.source_topic,
-                "to_partition": letter.source_partition,
+                "to_topic": record.topic,
+                "to_partition": record.partition,
                 "replayed_at_ms": now_ms,
             }
             producer.produce(
                 REPLAYS_TOPIC,
-                key=letter.coordinates,
+                key=record.coordinates,
                 value=json.dumps(marker),
                 on_delivery=delivered,
             )
@@ -296,25 +329,6 @@ def replay(
             producer.abort_transaction(timeout_s)
             why = failures[0] if failures else error.str()
             raise ReplayError(f"the replay's transaction was aborted: {why}") from None
-        report.replayed += len(pending)
+        report.replayed += len(chunk)
         progress(report.replayed, len(todo))
-        pending.clear()
-
-    todo: list[DeadLetter] = []
-    for letter in letters():
-        if letter.coordinates in done:
-            report.already += 1
-        else:
-            todo.append(letter)
-    missing = missing_targets(settings, todo)
-    if missing:
-        raise ReplayError(
-            f"nothing replayed: {len(todo)} record(s) would go to what Kafka does not have: "
-            + ", ".join(missing)
-        )
-    for letter in todo:
-        pending.append(letter)
-        if len(pending) >= batch:
-            commit()
-    commit()
     return report

@@ -17,6 +17,7 @@ from services.iceberg_writer.config import WriterSettings, WriterSparkSettings
 from services.iceberg_writer.writer import Writer
 from shared.avro import AvroCodec
 from shared.errors import Backoff, retry
+from shared.events import SchemaChange
 from shared.kafka import TopicRequest, ensure_topics, make_admin, make_producer
 from shared.registry import make_registry_client
 
@@ -79,3 +80,15 @@ def change_topic_in(stack: Stack, namespace: str, prefix: str) -> Iterator[str]:
     yield name
     for future in admin.delete_topics([name]).values():
         future.result()
+
+
+def publish_schema_change(stack: Stack, topic: str, change: SchemaChange) -> None:
+    """``change`` on the control topic ``topic``, as schema-watcher would publish it."""
+    from shared.control import ControlPublisher
+    from shared.events import ControlEvent
+
+    publisher = ControlPublisher(
+        make_producer(stack.kafka), AvroCodec(make_registry_client(stack.registry)), topic
+    )
+    publisher.publish(ControlEvent.new(change.table, change, "test"))
+    publisher.flush()

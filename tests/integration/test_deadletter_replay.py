@@ -52,9 +52,12 @@ DYING_REPLAY = textwrap.dedent(
     topic = sys.argv[2]
     replay(
         kafka,
-        lambda: dead_letters(kafka, Filter(), lambda message, reason: None, topic),
+        lambda: [
+            letter.put_back()
+            for letter in dead_letters(kafka, Filter(), lambda message, reason: None, topic)
+        ],
+        topic,
         batch=1,
-        topic=topic,
         producer_factory=Dying,
     )
     """

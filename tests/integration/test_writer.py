@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from writer_support import (
     change_topic_in,
     producer_for,
+    publish_schema_change,
     run_until_caught_up,
     start_writer,
     writer_settings,
@@ -35,7 +36,7 @@ from services.iceberg_writer.tables import FencedError
 from services.iceberg_writer.writer import Writer
 from shared.avro import AvroCodec
 from shared.events import CommitDone, SchemaChange, SchemaOperation, SchemaOperationKind, Verdict
-from shared.kafka import TopicRequest, ensure_topics, make_admin, make_producer
+from shared.kafka import TopicRequest, ensure_topics, make_admin
 from shared.registry import make_registry_client
 
 POSITION = "_icefjord_position"
@@ -378,17 +379,6 @@ def test_schema_change_waits_applies_and_quarantines(
     rows = table_rows(spark, table)
     assert rows[1]["note"] == "hi" and rows[1]["name"] == "v2-1"
     assert rows[5]["note"] is None and rows[5]["name"] == "v1-5"
-
-
-def publish_schema_change(stack: Stack, topic: str, change: SchemaChange) -> None:
-    from shared.control import ControlPublisher
-    from shared.events import ControlEvent
-
-    publisher = ControlPublisher(
-        make_producer(stack.kafka), AvroCodec(make_registry_client(stack.registry)), topic
-    )
-    publisher.publish(ControlEvent.new(change.table, change, "test"))
-    publisher.flush()
 
 
 def commits_by_path(writer: Writer, table: str) -> dict[str, float]:
