@@ -467,6 +467,46 @@ def bench_drain_command(
         raise typer.Exit(1)
 
 
+@bench_app.command("control-history")
+def bench_control_history_command(
+    events: int = typer.Option(
+        3_000_000, "--events", min=1, help="Control events in the synthetic history."
+    ),
+    out: Path | None = typer.Option(  # noqa: B008 (typer's idiom)
+        None, "--out", help="Report directory (default <state>/bench/control-history-<time>)."
+    ),
+) -> None:
+    """Start-up against a long control history: publish EVENTS synthetic control events (a
+    busy table committing once a second) to a topic of their own, then time the writer's and
+    the watcher's read of it, each alone in a fresh process, with its peak memory. Needs
+    the stack's Kafka and registry (`icefjord local up`)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from icefjord.bench.control_history import MEASURES, measure, publish_history, report
+
+    settings = LocalSettings()
+    kafka, registry = settings.kafka_settings(), settings.registry_settings()
+    topic = f"icefjord.bench.control-history-{int(time.time())}"
+    with Progress(
+        TextColumn("publishing the history"), BarColumn(), MofNCompleteColumn(), transient=True
+    ) as bar:
+        task = bar.add_task("publish", total=events)
+        publish_s = publish_history(
+            kafka, registry, topic, events, lambda n: bar.update(task, completed=n)
+        )
+    console.print(f"published {events:,} control events to {topic} in {publish_s:.1f} s")
+    costs = []
+    for service in MEASURES:
+        with console.status(f"{service} reads the history"):
+            costs.append(measure(service, kafka, registry, topic))
+        console.print(costs[-1])
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = report(
+        events, publish_s, costs, out or settings.state / "bench" / f"control-history-{stamp}"
+    )
+    console.print(f"wrote {path}")
+
+
 @bench_app.command("peer")
 def bench_peer_command(
     rows: int = typer.Option(
