@@ -187,8 +187,11 @@ def resolve(record: Quarantined, table: TableSchemas, schemas: Schemas) -> bytes
 
     if record.value is None or record.schema_id in table.applied_ids:
         return record.value
-    writer = schemas.writer_schema(record.schema_id)
-    reader = schemas.writer_schema(table.current_id)
+    try:
+        writer = schemas.writer_schema(record.schema_id)
+        reader = schemas.writer_schema(table.current_id)
+    except WireFormatError as exc:  # an id the registry does not have (any more)
+        raise ReplayError(f"{record.coordinates}: {exc}") from None
     dropped = dropped_fields(writer, reader)
     if dropped:
         raise ReplayError(

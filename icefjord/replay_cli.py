@@ -146,7 +146,10 @@ def _replay(
     replication_factor: int | None,
 ) -> ReplayReport:
     """Replay with a progress bar; a ReplayError is one line and exit code 1."""
+    from confluent_kafka import KafkaException
+
     from icefjord.replay import ReplayError, replay
+    from shared.errors import RetryableError
 
     with Progress(
         TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), transient=True
@@ -162,6 +165,10 @@ def _replay(
             )
         except ReplayError as exc:
             _errors().print(f"[red]not replayed:[/] {exc}")
+            raise typer.Exit(EXIT_FAILED) from None
+        except (KafkaException, RetryableError) as exc:
+            # Kafka or the registry went away during the replay: what was committed stays.
+            _errors().print(f"[red]stopped, a dependency did not answer:[/] {exc}")
             raise typer.Exit(EXIT_FAILED) from None
 
 

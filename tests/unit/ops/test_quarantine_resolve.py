@@ -102,3 +102,17 @@ def test_the_row_goes_back_to_its_changes_topic_and_partition_marked() -> None:
     )
     assert back.coordinates == "icefjord.quarantine:0:3"
     assert back.headers == (("icefjord.replayed_from", b"icefjord.quarantine:0:3"),)
+
+
+def test_a_schema_id_the_registry_lost_refuses_the_row() -> None:
+    from shared.avro import WireFormatError
+
+    class Forgetful(Registry):
+        def writer_schema(self, schema_id: int) -> Any:
+            if schema_id == 2:
+                raise WireFormatError("schema id 2 is not registered")
+            return SCHEMAS[schema_id]
+
+    record = held(2, {"id": 1, "qty": 5, "note": "x"})
+    with pytest.raises(ReplayError, match="schema id 2 is not registered"):
+        resolve(record, TableSchemas(3, frozenset({1, 3})), Forgetful())
