@@ -13,6 +13,8 @@ replay produces the original record again to that topic and partition, and marks
 
 Records of one key keep their order: a dead letter is keyed by the original key, so one
 key's dead letters sit in one partition in the order they failed, and are replayed in it.
+:func:`replay` is the same for any diverted record (:class:`PutBack`); the quarantine's use
+it too (:mod:`icefjord.quarantine`).
 """
 
 from __future__ import annotations
@@ -41,10 +43,10 @@ from shared.settings import DEAD_LETTER_TOPIC, KafkaSettings
 
 REPLAYS_TOPIC = "icefjord.replays"
 HEADER_REPLAYED_FROM = "icefjord.replayed_from"
-"""Added to a replayed record: the dead letter it came from, ``<topic>:<partition>:<offset>``."""
+"""Added to a replayed record: where it was diverted to, ``<topic>:<partition>:<offset>``."""
 
 TRANSACTIONAL_ID_PREFIX = "icefjord-replay-"
-"""Followed by the dead-letter topic's name: one replay of a topic at a time."""
+"""Followed by the diversion topic's name: one replay of a topic at a time."""
 BATCH = 500  # records per transaction
 
 
