@@ -32,15 +32,17 @@ from typing import Any, Protocol
 from confluent_kafka import Message
 
 from icefjord.replay import HEADER_REPLAYED_FROM, PutBack, ReplayError
-from shared.headers import HEADER_SOURCE_OFFSET, HEADER_SOURCE_PARTITION, HEADER_SOURCE_TOPIC
+from shared.headers import (
+    HEADER_QUARANTINED_AT_MS,
+    HEADER_REASON,
+    HEADER_SCHEMA_ID,
+    HEADER_SOURCE_OFFSET,
+    HEADER_SOURCE_PARTITION,
+    HEADER_SOURCE_TOPIC,
+    HEADER_TABLE,
+)
 from shared.kafka import read_committed
 from shared.settings import QUARANTINE_TOPIC, KafkaSettings
-
-# The quarantine's own headers (services/iceberg_writer/diversions.py writes them).
-HEADER_TABLE = "icefjord.table"
-HEADER_SCHEMA_ID = "icefjord.schema_id"
-HEADER_QUARANTINED_AT_MS = "icefjord.quarantined_at_ms"
-HEADER_REASON = "icefjord.reason"
 
 
 @dataclass(frozen=True)

@@ -18,3 +18,10 @@ DEAD_LETTER_HEADERS = (
     HEADER_FAILED_AT_MS,
 )
 """Every dead letter's headers (``icefjord.deadletter``), from any service."""
+
+# The quarantine's own headers beside the source's (``icefjord.quarantine``): iceberg-writer
+# writes them, ``icefjord quarantine`` reads them.
+HEADER_TABLE = "icefjord.table"
+HEADER_SCHEMA_ID = "icefjord.schema_id"
+HEADER_QUARANTINED_AT_MS = "icefjord.quarantined_at_ms"
+HEADER_REASON = "icefjord.reason"

@@ -18,16 +18,15 @@ from shared.headers import (
     HEADER_ERROR_CLASS,
     HEADER_ERROR_MESSAGE,
     HEADER_FAILED_AT_MS,
+    HEADER_QUARANTINED_AT_MS,
+    HEADER_REASON,
+    HEADER_SCHEMA_ID,
     HEADER_SOURCE_OFFSET,
     HEADER_SOURCE_PARTITION,
     HEADER_SOURCE_TOPIC,
+    HEADER_TABLE,
 )
 
-# The quarantine's own headers beside the source's (shared/headers.py).
-HEADER_TABLE = "icefjord.table"
-HEADER_SCHEMA_ID = "icefjord.schema_id"
-HEADER_QUARANTINED_AT_MS = "icefjord.quarantined_at_ms"
-HEADER_REASON = "icefjord.reason"
 MAX_TEXT_BYTES = 1024  # a reason or error message is cut to 1 KiB
 
 

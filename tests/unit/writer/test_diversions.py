@@ -10,9 +10,10 @@ from prometheus_client import CollectorRegistry
 from contracts import topic_catalog
 from services.iceberg_writer.batching import BatchClock
 from services.iceberg_writer.config import WriterSettings
-from services.iceberg_writer.diversions import HEADER_REASON, Diversions
+from services.iceberg_writer.diversions import Diversions
 from services.iceberg_writer.metrics import WriterMetrics
 from services.iceberg_writer.state import TableState
+from shared.headers import HEADER_REASON
 from shared.settings import DEAD_LETTER_TOPIC, QUARANTINE_TOPIC
 
 pytestmark = pytest.mark.unit
