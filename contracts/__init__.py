@@ -124,6 +124,7 @@ class TopicSpec:
     retention_ms: int | None = None
     replication_factor: int | None = None
     min_insync_replicas: int | None = None
+    max_message_bytes: int | None = None
     producers: tuple[str, ...] = ()
     consumers: tuple[str, ...] = ()
     headers: tuple[str, ...] = ()
@@ -143,7 +144,13 @@ class TopicSpec:
 
 _STR_FIELDS = ("name", "purpose", "key", "value_format", "value_schema")
 _OPTIONAL_STR_FIELDS = ("value_subject", "cleanup_policy", "notes")
-_OPTIONAL_INT_FIELDS = ("partitions", "retention_ms", "replication_factor", "min_insync_replicas")
+_OPTIONAL_INT_FIELDS = (
+    "partitions",
+    "retention_ms",
+    "replication_factor",
+    "min_insync_replicas",
+    "max_message_bytes",
+)
 _LIST_FIELDS = ("producers", "consumers", "headers")
 
 
@@ -179,6 +186,7 @@ def _topic_spec(entry: dict[str, Any]) -> TopicSpec:
         retention_ms=entry.get("retention_ms"),
         replication_factor=entry.get("replication_factor"),
         min_insync_replicas=entry.get("min_insync_replicas"),
+        max_message_bytes=entry.get("max_message_bytes"),
         producers=lists["producers"],
         consumers=lists["consumers"],
         headers=lists["headers"],

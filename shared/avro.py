@@ -69,10 +69,25 @@ class AvroCodec:
         self._client = client
         self._ids: dict[tuple[str, str], int] = {}
         self._parsed_by_id: dict[int, Any] = {}
+        # The same schema object registered again (a publisher's, every event): no JSON text
+        # to build. The object is kept, so its id is never reused for another one.
+        self._ids_by_object: dict[tuple[str, int], tuple[Mapping[str, Any], int]] = {}
 
     def register(self, subject: str, schema: Mapping[str, Any] | str) -> int:
-        """Register ``schema`` under ``subject`` (a no-op if already there); return its id."""
-        text = schema if isinstance(schema, str) else json.dumps(schema, sort_keys=True)
+        """Register ``schema`` under ``subject`` (a no-op if already there); return its id.
+        A schema given as a mapping must not change after it is first registered."""
+        if not isinstance(schema, str):
+            seen = self._ids_by_object.get((subject, id(schema)))
+            if seen is not None and seen[0] is schema:
+                return seen[1]
+            schema_id = self._register_text(subject, json.dumps(schema, sort_keys=True))
+            if len(self._ids_by_object) >= 1024:  # a caller passing a new dict each time
+                self._ids_by_object.clear()
+            self._ids_by_object[(subject, id(schema))] = (schema, schema_id)
+            return schema_id
+        return self._register_text(subject, schema)
+
+    def _register_text(self, subject: str, text: str) -> int:
         cached = self._ids.get((subject, text))
         if cached is not None:
             return cached

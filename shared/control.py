@@ -75,6 +75,11 @@ class ControlReader:
         self._topic = topic
         self.rejected = 0
 
+    @property
+    def topic(self) -> str:
+        """The control topic read."""
+        return self._topic
+
     def subscribe(self) -> None:
         self._consumer.subscribe([self._topic])
 
@@ -97,6 +102,11 @@ class ControlReader:
         value = message.value()
         if value is None:
             return None
+        return self.decode_value(value, message.partition(), message.offset())
+
+    def decode_value(self, value: bytes, partition: int, offset: int) -> ControlEvent | None:
+        """The event in ``value`` read at ``partition`` and ``offset``, or None (logged,
+        counted) when it cannot be read."""
         try:
             _, record = self._codec.deserialize(value)
             return ControlEvent.from_record(record)
@@ -104,10 +114,6 @@ class ControlReader:
             self.rejected += 1
             log.warning(
                 "control event rejected",
-                extra={
-                    "reason": str(exc),
-                    "partition": message.partition(),
-                    "offset": message.offset(),
-                },
+                extra={"reason": str(exc), "partition": partition, "offset": offset},
             )
             return None

@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 CONTROL_TOPIC = "icefjord.control"
+CONTROL_STATE_TOPIC = "icefjord.control-state"
 DEAD_LETTER_TOPIC = "icefjord.deadletter"
 QUARANTINE_TOPIC = "icefjord.quarantine"
 CHANGES_TOPIC_PREFIX = "icefjord.changes."
@@ -114,6 +115,25 @@ class CatalogSettings(BaseModel):
 
     name: str = "icefjord"
     local_state_dir: Path = Path(".icefjord")
+
+
+class ControlStateSettings(BaseModel):
+    """Checkpoints of a service's fold of the control topic (``shared.control_state``)."""
+
+    topic: str = Field(
+        default=CONTROL_STATE_TOPIC, description="The compacted topic the checkpoints go to."
+    )
+    every: int = Field(
+        default=20_000,
+        ge=1,
+        description="Save a checkpoint after this many control events; a start reads at "
+        "most about this many events after the newest checkpoint.",
+    )
+    interval_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Save a checkpoint at least this often while control events arrive.",
+    )
 
 
 class ServiceSettings(BaseSettings):

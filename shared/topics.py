@@ -28,4 +28,6 @@ def catalog_topic_request(
         config["retention.ms"] = str(spec.retention_ms)
     if spec.min_insync_replicas is not None:
         config["min.insync.replicas"] = str(min(spec.min_insync_replicas, replication))
+    if spec.max_message_bytes is not None:
+        config["max.message.bytes"] = str(spec.max_message_bytes)
     return TopicRequest(name, partitions or spec.partitions or 1, replication, config)

@@ -472,14 +472,22 @@ def bench_control_history_command(
     events: int = typer.Option(
         3_000_000, "--events", min=1, help="Control events in the synthetic history."
     ),
+    tail: int = typer.Option(
+        20_000,
+        "--tail",
+        min=1,
+        help="Events published after the first start, before the start from the checkpoint "
+        "(default: one checkpoint interval, the most a running service leaves unfolded).",
+    ),
     out: Path | None = typer.Option(  # noqa: B008 (typer's idiom)
         None, "--out", help="Report directory (default <state>/bench/control-history-<time>)."
     ),
 ) -> None:
     """Start-up against a long control history: publish EVENTS synthetic control events (a
     busy table committing once a second) to a topic of their own, then time the writer's and
-    the watcher's read of it, each alone in a fresh process, with its peak memory. Needs
-    the stack's Kafka and registry (`icefjord local up`)."""
+    the watcher's start, each alone in a fresh process, with its peak memory: first with no
+    checkpoint, then after TAIL more events from the checkpoint. Needs the stack's Kafka and
+    registry (`icefjord local up`)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from icefjord.bench.control_history import MEASURES, measure, publish_history, report
@@ -487,22 +495,31 @@ def bench_control_history_command(
     settings = LocalSettings()
     kafka, registry = settings.kafka_settings(), settings.registry_settings()
     topic = f"icefjord.bench.control-history-{int(time.time())}"
-    with Progress(
-        TextColumn("publishing the history"), BarColumn(), MofNCompleteColumn(), transient=True
-    ) as bar:
-        task = bar.add_task("publish", total=events)
-        publish_s = publish_history(
-            kafka, registry, topic, events, lambda n: bar.update(task, completed=n)
-        )
+
+    def publish(count: int, first: int, what: str) -> float:
+        with Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), transient=True) as bar:
+            task = bar.add_task("publish", total=count)
+            return publish_history(
+                kafka, registry, topic, count, lambda n: bar.update(task, completed=n), first
+            )
+
+    publish_s = publish(events, 0, "publishing the history")
     console.print(f"published {events:,} control events to {topic} in {publish_s:.1f} s")
     costs = []
-    for service in MEASURES:
-        with console.status(f"{service} reads the history"):
-            costs.append(measure(service, kafka, registry, topic))
-        console.print(costs[-1])
+    for start, label in (("no checkpoint", "reads the history"), ("checkpoint", "restarts")):
+        if start == "checkpoint":
+            publish(tail, events, f"publishing {tail:,} more")
+        for service in MEASURES:
+            with console.status(f"{service} {label}"):
+                costs.append(measure(service, kafka, registry, topic, start))
+            console.print(costs[-1])
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = report(
-        events, publish_s, costs, out or settings.state / "bench" / f"control-history-{stamp}"
+        events,
+        tail,
+        publish_s,
+        costs,
+        out or settings.state / "bench" / f"control-history-{stamp}",
     )
     console.print(f"wrote {path}")
 

@@ -8,10 +8,14 @@ runs, each in a fresh process, the part of each service's start that reads that 
 
 - the writer's ``ControlView.replay`` (schema plans, CommitDone ids, bulk loads, operators'
   commands), as ``Writer.start`` runs it before the writer subscribes;
-- the watcher's ``SchemaWatcher.recover`` (every event read back, then folded).
+- the watcher's fold of the control topic, as ``SchemaWatcher.recover`` runs it.
 
-For each it reports the wall and CPU seconds and the peak resident memory of the process.
-Nothing else runs in those processes (no Spark), so the figures are the history's cost.
+Each runs twice: first with no checkpoint (the first start after an upgrade: the whole
+history folded, checkpoints saved on the way, to a checkpoints topic of the bench's own), then
+after a tail of more events is published (by default one checkpoint interval, the most a
+running service leaves unfolded), from the checkpoint. For each it reports the wall and CPU
+seconds and the peak resident memory of the process. Nothing else runs in those processes (no
+Spark), so the figures are the history's cost.
 """
 
 from __future__ import annotations
@@ -109,24 +113,35 @@ def synthetic_event(index: int, start_ms: int) -> ControlEvent:
     return ControlEvent.new(BUSY_TABLE, payload, "iceberg-writer", now_ms=now_ms)
 
 
+def state_topic(topic: str) -> str:
+    """The bench's own checkpoints topic beside its control topic ``topic``."""
+    return f"{topic}-state"
+
+
 def publish_history(
     kafka: KafkaSettings,
     registry: RegistrySettings,
     topic: str,
     events: int,
     progress: Callable[[int], None],
+    first: int = 0,
 ) -> float:
-    """Create ``topic`` (the control topic's settings, one replica) and publish ``events``
-    synthetic events to it; the seconds it took."""
+    """Create ``topic`` (the control topic's settings, one replica) and its checkpoints
+    topic, and publish ``events`` synthetic events to it, from event number ``first`` on;
+    the seconds it took."""
     from shared.avro import AvroCodec
     from shared.control import ControlPublisher
     from shared.kafka import ensure_topics, make_admin, make_producer
     from shared.registry import make_registry_client
-    from shared.settings import CONTROL_TOPIC
+    from shared.settings import CONTROL_STATE_TOPIC, CONTROL_TOPIC
     from shared.topics import catalog_topic_request
 
     ensure_topics(
-        make_admin(kafka), [catalog_topic_request(topic, CONTROL_TOPIC, replication_factor=1)]
+        make_admin(kafka),
+        [
+            catalog_topic_request(topic, CONTROL_TOPIC, replication_factor=1),
+            catalog_topic_request(state_topic(topic), CONTROL_STATE_TOPIC, replication_factor=1),
+        ],
     )
     publisher = ControlPublisher(
         make_producer(kafka, **{"linger.ms": 50, "compression.type": "lz4"}),
@@ -134,12 +149,12 @@ def publish_history(
         topic,
     )
     started = time.monotonic()
-    start_ms = int(time.time() * 1000) - events * 1000
-    for index in range(events):
-        publisher.publish(synthetic_event(index, start_ms))
-        if index % 50_000 == 49_999:
+    start_ms = int(time.time() * 1000) - (first + events) * 1000
+    for n in range(events):
+        publisher.publish(synthetic_event(first + n, start_ms))
+        if n % 50_000 == 49_999:
             publisher.flush(120)
-            progress(index + 1)
+            progress(n + 1)
     publisher.flush(120)
     progress(events)
     return time.monotonic() - started
@@ -150,6 +165,7 @@ class StartCost:
     """One service's read of the history, measured in a process of its own."""
 
     service: str
+    start: str
     wall_s: float
     cpu_s: float
     peak_rss_mib: float
@@ -160,11 +176,12 @@ def _measure_writer(kafka: KafkaSettings, registry: RegistrySettings, topic: str
     from prometheus_client import CollectorRegistry
 
     from services.iceberg_writer.commands import OperatorCommands
-    from services.iceberg_writer.control_view import ControlView
+    from services.iceberg_writer.control_view import FOLD, ControlView
     from services.iceberg_writer.metrics import WriterMetrics
     from services.iceberg_writer.state import TableState
     from shared.avro import AvroCodec
     from shared.control import ControlPublisher, ControlReader
+    from shared.control_state import Checkpoints, StateStore
     from shared.kafka import make_admin, make_consumer, make_producer
     from shared.registry import make_registry_client
 
@@ -179,6 +196,14 @@ def _measure_writer(kafka: KafkaSettings, registry: RegistrySettings, topic: str
         covers=lambda table: True,
         metrics=metrics,
     )
+    store = StateStore(
+        kafka,
+        codec,
+        control_topic=topic,
+        fold=FOLD,
+        producer="bench",
+        state_topic=state_topic(topic),
+    )
     view = ControlView(
         consumer,
         ControlReader(consumer, codec, topic),
@@ -187,44 +212,57 @@ def _measure_writer(kafka: KafkaSettings, registry: RegistrySettings, topic: str
         tables,
         metrics,
         commands,
+        Checkpoints(store),
     )
     view.replay(timeout_s=3600)
     view.close()
-    return f"{len(view.commits_seen):,} CommitDone ids kept"
+    replayed = view.last_replay
+    assert replayed is not None
+    return (
+        f"{replayed.from_checkpoint:,} from the checkpoint, {replayed.from_topic:,} from the "
+        f"topic; kept {len(view.retained):,} events, {len(view.commits_seen):,} commit ids"
+    )
 
 
 def _measure_watcher(kafka: KafkaSettings, registry: RegistrySettings, topic: str) -> str:
-    from prometheus_client import CollectorRegistry
-
     from services.schema_watcher.config import WatcherSettings
-    from services.schema_watcher.metrics import WatcherMetrics
-    from services.schema_watcher.watcher import build_watcher
-    from shared.kafka import make_producer
+    from services.schema_watcher.watcher import (
+        fold_control_log,
+        recover_state,
+        watcher_state_store,
+    )
+    from shared.avro import AvroCodec
     from shared.registry import make_registry_client
+    from shared.settings import ControlStateSettings
 
     settings = WatcherSettings(
-        kafka=kafka, registry=registry, control_topic=topic, recovery_timeout_s=3600
+        kafka=kafka,
+        registry=registry,
+        control_topic=topic,
+        control_state=ControlStateSettings(topic=state_topic(topic)),
+        recovery_timeout_s=3600,
     )
-    watcher = build_watcher(
-        settings,
-        producer=make_producer(kafka),
-        registry=make_registry_client(registry),
-        metrics=WatcherMetrics.create(CollectorRegistry()),
+    codec = AvroCodec(make_registry_client(registry))
+    events, replayed = fold_control_log(settings, codec, watcher_state_store(settings, codec))
+    state = recover_state(events)
+    return (
+        f"{replayed.from_checkpoint:,} from the checkpoint, {replayed.from_topic:,} from the "
+        f"topic; {len(state.subjects)} subjects, kept {len(events)} events"
     )
-    state = watcher.recover()
-    return f"{len(state.subjects)} subjects recovered"
 
 
 MEASURES = {"iceberg-writer": _measure_writer, "schema-watcher": _measure_watcher}
 
 
 def measure(
-    service: str, kafka: KafkaSettings, registry: RegistrySettings, topic: str
+    service: str, kafka: KafkaSettings, registry: RegistrySettings, topic: str, start: str
 ) -> StartCost:
-    """Run ``service``'s read of ``topic`` in a fresh Python process and measure it."""
+    """Run ``service``'s read of ``topic`` in a fresh Python process and measure it;
+    ``start`` says which start it is, for the report."""
     arguments = json.dumps(
         {
             "service": service,
+            "start": start,
             "kafka": kafka.model_dump(mode="json"),
             "registry": registry.model_dump(mode="json"),
             "topic": topic,
@@ -251,6 +289,7 @@ def _child(arguments: str) -> None:
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     result = StartCost(
         service=service,
+        start=given["start"],
         wall_s=round(time.monotonic() - wall, 2),
         cpu_s=round(time.process_time() - cpu, 2),
         peak_rss_mib=round(peak_kib / 1024, 1),
@@ -259,7 +298,7 @@ def _child(arguments: str) -> None:
     print(json.dumps(result.__dict__))
 
 
-def report(events: int, publish_s: float, costs: list[StartCost], out: Path) -> Path:
+def report(events: int, tail: int, publish_s: float, costs: list[StartCost], out: Path) -> Path:
     """Write ``report.md`` and ``report.json`` under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     lines = [
@@ -267,12 +306,15 @@ def report(events: int, publish_s: float, costs: list[StartCost], out: Path) -> 
         "",
         f"History published in {publish_s:.1f} s: a busy table's CommitDone about once a "
         f"second, a compaction request and result every {COMPACTION_EVERY} commits, "
-        f"{SCHEMA_VERSIONS} schema versions of {SCHEMA_TABLES} tables.",
+        f"{SCHEMA_VERSIONS} schema versions of {SCHEMA_TABLES} tables. Each service started "
+        f"first with no checkpoint (folding the whole history and saving checkpoints), then "
+        f"again after {tail:,} more events, from its checkpoint.",
         "",
-        "| service | wall s | CPU s | peak RSS MiB | what it kept |",
-        "|---|---|---|---|---|",
+        "| service | start | wall s | CPU s | peak RSS MiB | what it read and kept |",
+        "|---|---|---|---|---|---|",
         *(
-            f"| {c.service} | {c.wall_s:.2f} | {c.cpu_s:.2f} | {c.peak_rss_mib:,.1f} | {c.detail} |"
+            f"| {c.service} | {c.start} | {c.wall_s:.2f} | {c.cpu_s:.2f} | "
+            f"{c.peak_rss_mib:,.1f} | {c.detail} |"
             for c in costs
         ),
         "",
@@ -283,7 +325,12 @@ def report(events: int, publish_s: float, costs: list[StartCost], out: Path) -> 
     (out / "report.md").write_text("\n".join(lines))
     (out / "report.json").write_text(
         json.dumps(
-            {"events": events, "publish_s": publish_s, "costs": [c.__dict__ for c in costs]},
+            {
+                "events": events,
+                "tail": tail,
+                "publish_s": publish_s,
+                "costs": [c.__dict__ for c in costs],
+            },
             indent=2,
         )
     )

@@ -27,7 +27,7 @@ from services.iceberg_writer.bulk import BulkLoads
 from services.iceberg_writer.commands import OperatorCommands
 from services.iceberg_writer.committer import CommitObserver, Committer
 from services.iceberg_writer.config import WriterSettings
-from services.iceberg_writer.control_view import ControlView
+from services.iceberg_writer.control_view import FOLD, ControlView
 from services.iceberg_writer.data_consumer import DataConsumer
 from services.iceberg_writer.decoding import ChangeDecoder
 from services.iceberg_writer.diversions import Diversions
@@ -38,6 +38,7 @@ from services.iceberg_writer.writer import Writer
 from shared.avro import AvroCodec
 from shared.catalog import open_catalog
 from shared.control import ControlPublisher, ControlReader
+from shared.control_state import Checkpoints, StateStore
 from shared.endpoint import Health
 from shared.errors import Backoff, retry, waiting_for_warehouse
 from shared.kafka import make_admin, make_consumer, make_producer
@@ -135,7 +136,17 @@ def wire_writer(
         covers=lambda table: pattern.match(f"{CHANGES_TOPIC_PREFIX}{table}") is not None,
         metrics=metrics,
     )
-    view = ControlView(control, reader, admin, settings.control_topic, tables, metrics, commands)
+    state_store = StateStore.of(settings, codec, FOLD)
+    view = ControlView(
+        control,
+        reader,
+        admin,
+        settings.control_topic,
+        tables,
+        metrics,
+        commands,
+        Checkpoints.of(state_store, settings.control_state),
+    )
     partitions = DataConsumer(data, view.is_paused, new_data)
     diversions = Diversions(producer, settings, metrics)
     committer = Committer(

@@ -16,7 +16,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from pyiceberg.table import Table
 
@@ -43,6 +43,9 @@ from shared.errors import FatalError, RetryableError
 from shared.events import CommitDone, ControlEvent, TopicPartitionOffset
 from shared.histograms import observe_many
 from shared.lease import leased
+
+if TYPE_CHECKING:
+    from services.iceberg_writer.control_view import PublishedCommits
 
 log = logging.getLogger("services.iceberg_writer")
 
@@ -115,8 +118,8 @@ class CommitPool:
 class Committer:
     """Commits tables' pending changes and publishes their CommitDone events.
 
-    ``published`` is the set of commit ids whose CommitDone is on the control topic
-    (:attr:`services.iceberg_writer.control_view.ControlView.commits_seen`), shared.
+    ``published`` holds each table's newest commit ids whose CommitDone is on the control
+    topic (:attr:`services.iceberg_writer.control_view.ControlView.commits_seen`), shared.
     """
 
     def __init__(
@@ -127,7 +130,7 @@ class Committer:
         batch_writer: BatchWriter,
         publisher: EventPublisher,
         flush_diversions: Callable[[float], int],
-        published: set[str],
+        published: PublishedCommits,
         metrics: WriterMetrics,
         epoch: int,
         observer: CommitObserver | None = None,
@@ -359,12 +362,12 @@ class Committer:
         )
         self._publisher.publish(control)
         self._publisher.flush()
-        self._published.add(checkpoint.commit_id)
+        self._published.add(state.name, checkpoint.commit_id)
 
     def republish_if_missing(self, state: TableState, table: Table, checkpoint: Checkpoint) -> None:
         """Publish the CommitDone of the table's newest writer commit when the control topic
         does not hold it (a crash came between the commit and its CommitDone)."""
-        if checkpoint.commit_id and checkpoint.commit_id not in self._published:
+        if checkpoint.commit_id and not self._published.has(state.name, checkpoint.commit_id):
             log.info(
                 "publishing the CommitDone a previous run did not",
                 extra={"table": state.name, "commit_id": checkpoint.commit_id},

@@ -16,10 +16,12 @@ from services.iceberg_writer.tables import TableConfig, partition_sql
 from services.iceberg_writer.types import MetadataColumns
 from shared.kafka import TopicRequest
 from shared.settings import (
+    CONTROL_STATE_TOPIC,
     CONTROL_TOPIC,
     DEAD_LETTER_TOPIC,
     QUARANTINE_TOPIC,
     CatalogSettings,
+    ControlStateSettings,
     MetricsSettings,
     ServiceSettings,
 )
@@ -101,6 +103,7 @@ class WriterSettings(ServiceSettings):
     metrics: WriterMetricsSettings = Field(default_factory=WriterMetricsSettings)
     spark: WriterSparkSettings = Field(default_factory=WriterSparkSettings)
     catalog: CatalogSettings = Field(default_factory=CatalogSettings)
+    control_state: ControlStateSettings = Field(default_factory=ControlStateSettings)
     topic_pattern: str = Field(
         default=DEFAULT_TOPIC_PATTERN,
         description="Regex of the change topics to write (must start with ^).",
@@ -183,6 +186,9 @@ class WriterSettings(ServiceSettings):
         rf = self.topic_replication_factor
         return [
             catalog_topic_request(self.control_topic, CONTROL_TOPIC, replication_factor=rf),
+            catalog_topic_request(
+                self.control_state.topic, CONTROL_STATE_TOPIC, replication_factor=rf
+            ),
             catalog_topic_request(self.dead_letter_topic, DEAD_LETTER_TOPIC, replication_factor=rf),
             catalog_topic_request(self.quarantine_topic, QUARANTINE_TOPIC, replication_factor=rf),
         ]

@@ -42,8 +42,8 @@ def run(settings: WatcherSettings, stop: threading.Event) -> None:
     with ExitStack() as resources:
         serve_metrics(resources, settings.metrics, registry, health)
         if settings.create_control_topic:
-            request = settings.control_topic_request()
-            create_topics(settings.kafka, [request], "create control topic", stop)
+            requests = [settings.control_topic_request(), settings.control_state_topic_request()]
+            create_topics(settings.kafka, requests, "create control topics", stop)
         producer = make_producer(settings.kafka)
         resources.callback(producer.flush, 10.0)
         watcher = build_watcher(

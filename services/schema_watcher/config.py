@@ -12,7 +12,13 @@ from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from shared.kafka import TopicRequest
-from shared.settings import CONTROL_TOPIC, MetricsSettings, ServiceSettings
+from shared.settings import (
+    CONTROL_STATE_TOPIC,
+    CONTROL_TOPIC,
+    ControlStateSettings,
+    MetricsSettings,
+    ServiceSettings,
+)
 from shared.topics import catalog_topic_request
 
 DEFAULT_SUBJECT_PATTERN = r"^icefjord\.changes\..+-value$"
@@ -31,6 +37,7 @@ class WatcherSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="ICEFJORD_WATCHER_", env_nested_delimiter="__")
 
     metrics: WatcherMetricsSettings = Field(default_factory=WatcherMetricsSettings)
+    control_state: ControlStateSettings = Field(default_factory=ControlStateSettings)
     subject_pattern: str = Field(
         default=DEFAULT_SUBJECT_PATTERN,
         description="Regular expression (re.search) selecting the registry subjects to watch.",
@@ -82,4 +89,12 @@ class WatcherSettings(ServiceSettings):
         replication factor (and ``min.insync.replicas``, never above it) overridable."""
         return catalog_topic_request(
             self.control_topic, CONTROL_TOPIC, replication_factor=self.topic_replication_factor
+        )
+
+    def control_state_topic_request(self) -> TopicRequest:
+        """The control-state topic (checkpoints) as the topic catalog specifies it."""
+        return catalog_topic_request(
+            self.control_state.topic,
+            CONTROL_STATE_TOPIC,
+            replication_factor=self.topic_replication_factor,
         )

@@ -11,8 +11,13 @@ schema the Iceberg table has), not merely the version before it: after a quarant
 version, the table still has the older schema, and the next plan must lead from there.
 ``from_version`` / ``from_schema_id`` name that base.
 
-Restarts need no local state: every announcement is on the control topic, so reading it back
-gives the last announced version per subject. Delivery is at least once: if a flush fails
+Restarts need no local state: every announcement is on the control topic, so folding it
+back gives the last announced version per subject. The fold (:class:`WatcherFold`) keeps, per
+subject, the event that set the announced version and the one that set the applied version,
+and saves them with the offsets they cover as a checkpoint on ``icefjord.control-state``
+(``shared.control_state``): a start reads the newest checkpoint and the control topic after
+it, so it does not grow with history, and a running watcher folds again every
+``control_state.interval_s`` to move the checkpoint on. Delivery is at least once: if a flush fails
 after the broker stored the event, the retry announces the version again (readers key on
 ``(subject, to_version)``).
 """
@@ -29,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
@@ -39,6 +44,7 @@ from services.schema_watcher.metrics import WatcherMetrics
 from services.schema_watcher.plan import EvolutionPlan
 from shared.avro import AvroCodec
 from shared.control import ControlPublisher, ControlReader, EventPublisher
+from shared.control_state import Origin, Replayed, Retained, StateStore, replay_control
 from shared.errors import FatalError, RetryableError
 from shared.events import ControlEvent, SchemaChange, Verdict
 from shared.kafka import make_consumer
@@ -49,19 +55,22 @@ __all__ = [
     "RegistryClient",
     "SchemaWatcher",
     "SubjectState",
+    "WatcherFold",
     "WatcherState",
     "base_missing_change",
     "build_watcher",
+    "fold_control_log",
     "pending_versions",
     "plan_change",
-    "read_control_log",
     "recover_state",
     "recovery_group_id",
     "table_for",
+    "watcher_state_store",
 ]
 
 log = logging.getLogger(__name__)
 
+FOLD = "schema-watcher.v1"  # the name and version of WatcherFold's rules for what is kept
 TABLE_PROPERTY = "icefjord.table"
 VALUE_SUFFIX = "-value"
 
@@ -147,6 +156,29 @@ def recover_state(events: Iterable[ControlEvent]) -> WatcherState:
         if isinstance(event.payload, SchemaChange):
             state = state.record(event.payload)
     return state
+
+
+class WatcherFold:
+    """:class:`shared.control_state.ControlFold` of the SchemaChange events: the state, and
+    per subject the events it rests on (the one that set the announced version, the one that
+    set the applied version). Folding those again gives the same state."""
+
+    def __init__(self) -> None:
+        self.state = WatcherState()
+        self.retained = Retained()
+
+    def apply(self, event: ControlEvent, origin: Origin | None, replay: bool) -> None:
+        """Fold ``event`` in; other payloads, and changes the state ignores, are not kept."""
+        change = event.payload
+        if not isinstance(change, SchemaChange):
+            return
+        before = self.state
+        self.state = before.record(change)
+        if self.state is before:
+            return
+        self.retained.keep(("announced", change.subject), origin)
+        if change.verdict is Verdict.APPLY:
+            self.retained.keep(("applied", change.subject), origin)
 
 
 def pending_versions(versions: Iterable[int], announced: int | None) -> list[int]:
@@ -252,6 +284,8 @@ class SchemaWatcher:
         subject_pattern: re.Pattern[str],
         producer: str,
         metrics: WatcherMetrics,
+        refold_interval_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._registry = registry
         self._publisher = publisher
@@ -259,6 +293,9 @@ class SchemaWatcher:
         self._pattern = subject_pattern
         self._producer = producer
         self._metrics = metrics
+        self._refold_interval_s = refold_interval_s
+        self._clock = clock
+        self._recovered_at = 0.0
         self._state: WatcherState | None = None
 
     @property
@@ -270,6 +307,7 @@ class SchemaWatcher:
         """Rebuild the state from the control log. Raises RetryableError when Kafka fails."""
         state = recover_state(self._history())
         self._state = state
+        self._recovered_at = self._clock()
         self._metrics.quarantined_tables.set(len(state.quarantined_tables()))
         log.info(
             "recovered announced versions",
@@ -278,8 +316,13 @@ class SchemaWatcher:
         return state
 
     def step(self) -> None:
-        """Recover if needed, then poll once. Raises RetryableError when a dependency fails."""
-        if self._state is None:
+        """Recover if needed (or fold the control topic again when ``refold_interval_s`` has
+        passed, which moves the checkpoint on), then poll once. Raises RetryableError when a
+        dependency fails."""
+        interval = self._refold_interval_s
+        if self._state is None or (
+            interval is not None and self._clock() - self._recovered_at >= interval
+        ):
             self.recover()
         self.poll()
 
@@ -366,56 +409,32 @@ class _NotFound(RetryableError):
     """A 404 from the registry: usually a subject or version deleted while we looked."""
 
 
-def read_control_log(
-    consumer: Consumer,
-    reader: ControlReader,
-    topic: str,
-    timeout_s: float,
-    clock: Callable[[], float] = time.monotonic,
-) -> list[ControlEvent]:
-    """Every decodable event on ``topic`` from the beginning up to its end at the call.
+def watcher_state_store(settings: WatcherSettings, codec: AvroCodec) -> StateStore:
+    """Where the watcher's checkpoints of the control topic go."""
+    return StateStore.of(settings, codec, FOLD)
 
-    ``consumer`` must have ``enable.partition.eof`` on; it is assigned (no group join, no
-    commits) and left open for the caller to close. Raises RetryableError when the topic is
-    missing or Kafka does not answer within ``timeout_s``.
-    """
-    deadline = clock() + timeout_s
+
+def fold_control_log(
+    settings: WatcherSettings, codec: AvroCodec, store: StateStore
+) -> tuple[list[ControlEvent], Replayed]:
+    """The events the watcher's state rests on: the newest checkpoint's and the control
+    topic's after it, folded with :class:`WatcherFold` (a new checkpoint saved); and what the
+    fold read. Raises RetryableError when Kafka fails or the fold takes over
+    ``recovery_timeout_s``."""
+    consumer = make_consumer(
+        settings.kafka, recovery_group_id(settings.producer), **{"enable.partition.eof": True}
+    )
     try:
-        metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-        if metadata is None or metadata.error is not None:
-            reason = "missing" if metadata is None else str(metadata.error)
-            raise RetryableError(f"control topic {topic} is not available: {reason}")
-        ends: dict[int, int] = {}
-        starts: list[TopicPartition] = []
-        for partition in metadata.partitions:
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=timeout_s, cached=False
-            )
-            if high > low:
-                ends[partition] = high
-                starts.append(TopicPartition(topic, partition, low))
-        if not ends:
-            return []
-        consumer.assign(starts)
-        events: list[ControlEvent] = []
-        while ends:
-            if clock() > deadline:
-                raise RetryableError(f"reading {topic} back took over {timeout_s} s")
-            for message in consumer.consume(500, 0.5):
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        ends.pop(message.partition(), None)
-                        continue
-                    raise RetryableError(f"reading {topic} failed: {error}")
-                event = reader.decode(message)
-                if event is not None:
-                    events.append(event)
-                if message.offset() + 1 >= ends.get(message.partition(), 1 << 62):
-                    ends.pop(message.partition(), None)
-        return events
-    except KafkaException as exc:
-        raise RetryableError(f"Kafka unreachable while reading {topic}: {exc}") from exc
+        reader = ControlReader(consumer, codec, settings.control_topic)
+        fold = WatcherFold()
+        replayed = replay_control(
+            consumer, reader, fold, store=store, timeout_s=settings.recovery_timeout_s
+        )
+        kept = fold.retained.events()
+        events = (reader.decode_value(o.value, o.partition, o.offset) for o in kept)
+        return [e for e in events if e is not None], replayed
+    finally:
+        consumer.close()
 
 
 def recovery_group_id(producer: str) -> str:
@@ -437,16 +456,10 @@ def build_watcher(
     """
     codec = AvroCodec(registry)
     topic = settings.control_topic
+    store = watcher_state_store(settings, codec)
 
     def history() -> list[ControlEvent]:
-        consumer = make_consumer(
-            settings.kafka, recovery_group_id(settings.producer), **{"enable.partition.eof": True}
-        )
-        try:
-            reader = ControlReader(consumer, codec, topic)
-            return read_control_log(consumer, reader, topic, settings.recovery_timeout_s)
-        finally:
-            consumer.close()
+        return fold_control_log(settings, codec, store)[0]
 
     return SchemaWatcher(
         registry=registry,
@@ -455,4 +468,5 @@ def build_watcher(
         subject_pattern=settings.subject_regex,
         producer=settings.producer,
         metrics=metrics,
+        refold_interval_s=settings.control_state.interval_s,
     )

@@ -51,13 +51,15 @@ def test_every_kind_encodes_with_the_control_schema_and_reads_back() -> None:
         assert ControlEvent.from_record(record) == event
 
 
-def test_the_report_has_a_row_per_service(tmp_path: Path) -> None:
+def test_the_report_has_a_row_per_service_and_start(tmp_path: Path) -> None:
     costs = [
-        StartCost("iceberg-writer", 12.5, 11.0, 900.0, "3 ids"),
-        StartCost("schema-watcher", 20.0, 19.0, 4000.0, "20 subjects recovered"),
+        StartCost("iceberg-writer", "no checkpoint", 12.5, 11.0, 900.0, "3 ids"),
+        StartCost("schema-watcher", "checkpoint", 2.0, 1.5, 80.0, "20 subjects"),
     ]
-    path = report(3_000_000, 95.0, costs, tmp_path)
+    path = report(3_000_000, 20_000, 95.0, costs, tmp_path)
     text = path.read_text()
-    assert "| iceberg-writer | 12.50 | 11.00 | 900.0 | 3 ids |" in text
-    assert "| schema-watcher | 20.00 | 19.00 | 4,000.0 |" in text
-    assert json.loads((tmp_path / "report.json").read_text())["events"] == 3_000_000
+    assert "| iceberg-writer | no checkpoint | 12.50 | 11.00 | 900.0 | 3 ids |" in text
+    assert "| schema-watcher | checkpoint | 2.00 | 1.50 | 80.0 |" in text
+    assert "again after 20,000 more events" in text
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert (saved["events"], saved["tail"]) == (3_000_000, 20_000)

@@ -99,6 +99,7 @@ def test_catalog_names_are_unique_and_cover_every_topic() -> None:
         "icefjord.deadletter",
         "icefjord.quarantine",
         "icefjord.replays",
+        "icefjord.control-state",
     }
 
 
@@ -111,6 +112,7 @@ def test_catalog_names_are_unique_and_cover_every_topic() -> None:
         ("icefjord.deadletter", "icefjord.deadletter"),
         ("icefjord.quarantine", "icefjord.quarantine"),
         ("icefjord.replays", "icefjord.replays"),
+        ("icefjord.control-state", "icefjord.control-state"),
     ],
 )
 def test_each_concrete_topic_matches_exactly_one_entry(topic: str, entry: str) -> None:

@@ -5,12 +5,10 @@ from __future__ import annotations
 import json
 import re
 import threading
-from types import SimpleNamespace
 from typing import Any
 
 import httpx
 import pytest
-from confluent_kafka import KafkaError
 from confluent_kafka.schema_registry import RegisteredSchema, Schema
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from prometheus_client import CollectorRegistry
@@ -18,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from services.schema_watcher.__main__ import EXIT_BAD_SETTINGS, main
 from services.schema_watcher.config import DEFAULT_SUBJECT_PATTERN, WatcherSettings
 from services.schema_watcher.metrics import WatcherMetrics
-from services.schema_watcher.watcher import SchemaWatcher, read_control_log
+from services.schema_watcher.watcher import SchemaWatcher
 from shared.endpoint import Health
 from shared.errors import FatalError, RetryableError
 from shared.events import ControlEvent, SchemaChange, Verdict
@@ -393,79 +391,6 @@ def test_metrics_follow_the_announcements() -> None:
     registry.register(SUBJECT, customers(NICKNAME))
     restarted.step()
     assert value(restarted_metrics, "quarantined_tables") == 0
-
-
-# --- reading the control log back -------------------------------------------------------
-
-
-class FakeMessage:
-    def __init__(self, partition: int, offset: int, value: bytes | None, eof: bool = False):
-        self._partition, self._offset, self._value, self._eof = partition, offset, value, eof
-
-    def error(self) -> Any:
-        if not self._eof:
-            return None
-        return KafkaError(KafkaError._PARTITION_EOF)
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def value(self) -> bytes | None:
-        return self._value
-
-
-class FakeConsumer:
-    """Two partitions: 0 holds offsets 3..4 (earlier ones expired), 1 is empty."""
-
-    def __init__(self, batches: list[list[FakeMessage]]) -> None:
-        self.batches = batches
-        self.assigned: list[Any] = []
-
-    def list_topics(self, topic: str, timeout: float) -> Any:
-        partitions = SimpleNamespace(error=None, partitions={0: None, 1: None})
-        return SimpleNamespace(topics={topic: partitions})
-
-    def get_watermark_offsets(self, tp: Any, timeout: float, cached: bool) -> tuple[int, int]:
-        return (3, 5) if tp.partition == 0 else (0, 0)
-
-    def assign(self, partitions: list[Any]) -> None:
-        self.assigned = [(tp.partition, tp.offset) for tp in partitions]
-
-    def consume(self, count: int, timeout: float) -> list[FakeMessage]:
-        return self.batches.pop(0) if self.batches else []
-
-
-class FakeReader:
-    def decode(self, message: FakeMessage) -> Any:
-        return None if message.value() is None else message.value()
-
-
-def test_control_log_is_read_from_the_low_watermark_to_the_captured_end() -> None:
-    consumer = FakeConsumer([[FakeMessage(0, 3, b"a")], [FakeMessage(0, 4, b"b")]])
-    events = read_control_log(consumer, FakeReader(), "control", timeout_s=5)  # type: ignore[arg-type]
-    assert events == [b"a", b"b"]
-    assert consumer.assigned == [(0, 3)]  # the empty partition is not even assigned
-
-
-def test_control_log_reading_stops_at_partition_eof_and_skips_undecodable() -> None:
-    consumer = FakeConsumer([[FakeMessage(0, 3, None), FakeMessage(0, 4, None, eof=True)]])
-    assert read_control_log(consumer, FakeReader(), "control", timeout_s=5) == []  # type: ignore[arg-type]
-
-
-def test_control_log_reading_gives_up_after_the_timeout() -> None:
-    ticks = iter(float(t) for t in range(100))
-    consumer = FakeConsumer([])  # never delivers offset 4
-    with pytest.raises(RetryableError, match="took over"):
-        read_control_log(
-            consumer,
-            FakeReader(),  # type: ignore[arg-type]
-            "control",
-            timeout_s=3,
-            clock=lambda: next(ticks),
-        )
 
 
 # --- settings and entry point -----------------------------------------------------------

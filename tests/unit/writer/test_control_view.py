@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from commands_support import operator_commands
 from confluent_kafka import KafkaError, KafkaException
@@ -24,6 +26,7 @@ class SilentBroker:
 def test_a_replay_without_an_answer_from_kafka_is_retried_not_fatal() -> None:
     metrics = WriterMetrics.create(CollectorRegistry())
     commands, _ = operator_commands({}, metrics=metrics)
-    view = ControlView(SilentBroker(), None, None, "control", {}, metrics, commands)  # type: ignore[arg-type]
+    reader = SimpleNamespace(topic="control")
+    view = ControlView(SilentBroker(), reader, None, "control", {}, metrics, commands)  # type: ignore[arg-type]
     with pytest.raises(RetryableError, match="control topic unavailable"):
         view.replay(timeout_s=5)
