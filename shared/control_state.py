@@ -339,7 +339,11 @@ def replay_control(
                 positions[p] = max(offset, lows[p])
         consumer.assign([TopicPartition(topic, p, positions[p]) for p in sorted(ends)])
         read = since_save = 0
-        while any(positions[p] < ends[p] for p in ends):
+        # The consumer's position only says when a partition is done (it steps over
+        # transaction markers); after an end-of-partition notice librdkafka puts it one past
+        # the end, so the checkpoint takes the offsets of the records read instead.
+        reached = dict(positions)
+        while any(max(positions[p], reached[p]) < ends[p] for p in ends):
             if clock() > deadline:
                 raise RetryableError(f"control topic replay did not finish in {timeout_s:.0f} s")
             count = fold_messages(consumer.consume(500, 0.5), reader, fold, positions, True)
@@ -347,7 +351,7 @@ def replay_control(
             since_save += count
             for tp in consumer.position([TopicPartition(topic, p) for p in ends]):
                 if tp.offset >= 0:
-                    positions[tp.partition] = max(positions[tp.partition], tp.offset)
+                    reached[tp.partition] = max(reached[tp.partition], tp.offset)
             if store is not None and since_save >= checkpoint_every:
                 store.save(Checkpoint(dict(positions), fold.retained.events()))
                 since_save = 0

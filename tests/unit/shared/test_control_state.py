@@ -224,6 +224,26 @@ def test_a_replay_that_does_not_finish_in_time_gives_up_retryably() -> None:
         )
 
 
+def test_a_position_past_the_end_never_reaches_the_checkpoint() -> None:
+    class PastTheEnd(FakeConsumer):
+        """librdkafka after an end-of-partition notice: the position one past the end."""
+
+        def position(self, partitions: list[Any]) -> list[Any]:
+            ends = {p: len(messages) for p, messages in self.log.items()}
+            return [
+                SimpleNamespace(partition=tp.partition, offset=n + (n == ends[tp.partition]))
+                for tp in partitions
+                for n in [self._next[tp.partition]]
+            ]
+
+    store = FakeStore()
+    done = replay(
+        PastTheEnd({0: [commit("a.t", 0), commit("a.t", 1)], 1: []}), RecordingFold(), store
+    )
+    assert done.positions == {0: 2, 1: 0}
+    assert store.saved[-1].offsets == {0: 2, 1: 0}
+
+
 def test_partition_eof_is_not_an_error() -> None:
     class WithEof(FakeConsumer):
         def consume(self, count: int, timeout: float) -> list[FakeMessage]:
