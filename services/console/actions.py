@@ -3,10 +3,11 @@
 
 :func:`decide` is pure: it checks that actions are on, the bearer token, and the table name,
 and builds the event (an ``OperatorCommand`` checked by the writer's own
-``check_command_table``, or the maintainer CLI's ``MaintenanceRequest`` for
-COMPACT_DATA_FILES, checked by its ``validate_request``). :func:`publish` hands the event to
-``shared.operator.publish_and_await``, the CLI's own publishing, without waiting for the
-answer: the answer arrives on the control topic and the page shows it.
+``check_command_table``, or the ``MaintenanceRequest`` for COMPACT_DATA_FILES that
+``icefjord control compact`` builds, checked by the maintainer's ``validate_request``).
+:func:`publish` hands the event to ``shared.operator.publish_and_await``, the CLI's own
+publishing, without waiting for the answer: the answer arrives on the control topic and the
+page shows it.
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ from dataclasses import dataclass
 
 from pydantic import SecretStr
 
-from services.iceberg_writer.commands import check_command_table
-from services.maintainer.cli import build_request
-from services.maintainer.requests import Rejection, validate_request
+from services.iceberg_writer.table_names import check_command_table
+from services.maintainer.requests import Rejection, build_request, validate_request
 from shared.events import (
     ALL_TABLES,
     ControlEvent,
