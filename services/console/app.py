@@ -39,6 +39,8 @@ __all__ = ["Console", "broker_options", "build_app"]
 log = logging.getLogger(__name__)
 
 SEPARATOR = "|"
+# aiohttp takes the charset apart from the content type: Prometheus' text format is UTF-8.
+METRICS_TYPE = CONTENT_TYPE_LATEST.split(";", 1)[0] + "; version=0.0.4"
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,24 +161,22 @@ def build_app(
         web_router_enabled=False,
         web_tables_enabled=False,
     )
-    json_table: dict[str, Any] = {"key_serializer": "json", "value_serializer": "json"}
+    # Keys and values of the tables go through Faust's default codec, JSON.
     console = Console(
         app=app,
         settings=settings,
         metrics=metrics,
         registry=registry,
-        views=app.Table("views", partitions=partitions[settings.control_topic], **json_table),
+        views=app.Table("views", partitions=partitions[settings.control_topic]),
         dead_letters=app.Table(
             "dead_letters",
             default=int,
             partitions=partitions[settings.dead_letter_topic],
-            **json_table,
         ),
         quarantined=app.Table(
             "quarantined",
             default=int,
             partitions=partitions[settings.quarantine_topic],
-            **json_table,
         ),
     )
     _agents(console)
@@ -303,7 +303,7 @@ def _views(console: Console) -> None:
     @app.page("/metrics")
     class Metrics(View):
         async def get(self, request: Request) -> Response:
-            return self.bytes(generate_latest(console.registry), content_type=CONTENT_TYPE_LATEST)
+            return self.bytes(generate_latest(console.registry), content_type=METRICS_TYPE)
 
     @app.page("/healthz")
     class Alive(View):
