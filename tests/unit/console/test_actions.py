@@ -87,3 +87,19 @@ def test_actions_on_without_a_token_are_invalid_settings(monkeypatch: pytest.Mon
     assert ConsoleSettings().actions
     monkeypatch.delenv("ICEFJORD_CONSOLE_ACTIONS")
     assert not ConsoleSettings().actions, "read-only by default"
+
+
+def test_kafka_down_is_a_503_with_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    import services.console.actions as actions
+    from shared.operator import ControlUnreachableError
+    from shared.settings import KafkaSettings, RegistrySettings
+
+    def unreachable(*_args: object) -> None:
+        raise ControlUnreachableError("Kafka at 127.0.0.1:1 does not answer")
+
+    monkeypatch.setattr(actions, "publish_and_await", unreachable)
+    event = act("pause")
+    assert not isinstance(event, Refusal)
+    refused = actions.publish(KafkaSettings(), RegistrySettings(), "icefjord.control", event)  # type: ignore[arg-type]  # narrowed above
+    assert refused is not None and refused.status == 503
+    assert "nothing was published" in refused.reason
