@@ -149,6 +149,7 @@ def build_app(
         settings.app_id,
         **broker_options(settings),
         store="memory://",
+        datadir=str(settings.data_dir),
         autodiscover=False,
         processing_guarantee=settings.processing_guarantee,
         consumer_auto_offset_reset="earliest",

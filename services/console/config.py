@@ -8,6 +8,8 @@ unless ``ICEFJORD_CONSOLE_ACTIONS=true``, and then need ``ICEFJORD_CONSOLE_TOKEN
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
@@ -41,6 +43,11 @@ class ConsoleSettings(ServiceSettings):
     app_id: str = Field(
         default="icefjord-console",
         description="Faust's app id: the consumer group and the prefix of its changelog topics.",
+    )
+    data_dir: Path = Field(
+        default=Path(tempfile.gettempdir()) / "icefjord-console",
+        description="Faust's data directory (it creates it; the tables themselves are in "
+        "memory). Under /tmp by default: the images' root file system is read-only.",
     )
     dead_letter_topic: str = DEAD_LETTER_TOPIC
     quarantine_topic: str = QUARANTINE_TOPIC

@@ -298,9 +298,10 @@ def render(
     now_ms: int,
     behind_after_ms: int,
 ) -> dict[str, Any]:
-    """The API's JSON for one table, judged at ``now_ms``: ``freshness_ms`` is the last
-    commit's (commit time less the data's watermark), ``data_age_ms`` how old the newest
-    committed data is now, ``last_commit_age_ms`` how long ago the last commit was."""
+    """The API's JSON for one table, judged at ``now_ms``, snapshot ids as strings:
+    ``freshness_ms`` is the last commit's (commit time less the data's watermark),
+    ``data_age_ms`` how old the newest committed data is now, ``last_commit_age_ms`` how
+    long ago the last commit was."""
     pause = effective_pause(view, every)
     health = judge(
         view,
@@ -311,6 +312,10 @@ def render(
     )
     commit = view.last_commit
     body = view.to_json()
+    # Snapshot ids are 64-bit: as JSON numbers, JavaScript would round them.
+    for shown in (body["last_commit"], *body["commits"]):
+        if shown is not None:
+            shown["snapshot_id"] = str(shown["snapshot_id"])
     body.update(
         {
             "pause": None if pause is None else asdict(pause),

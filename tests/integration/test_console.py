@@ -20,6 +20,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,13 @@ def browser() -> Iterator[Any]:
 
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1600,1000",
+    ):
         options.add_argument(argument)
     driver = webdriver.Chrome(options=options, service=Service(executable_path=str(CHROMEDRIVER)))
     driver.set_page_load_timeout(30)
@@ -120,11 +127,22 @@ def wait_for(
     raise AssertionError(f"timed out waiting for {what}")
 
 
+@dataclass
+class RunningConsole:
+    url: str
+    process: subprocess.Popen[bytes]
+
+    def stop(self) -> int:
+        """SIGTERM, as Kubernetes and compose stop it; its exit code."""
+        self.process.terminate()
+        return self.process.wait(30)
+
+
 @contextmanager
 def console_running(
     stack: Stack, settings: WriterSettings, tmp_path: Path, **env: str
-) -> Iterator[str]:
-    """``python -m services.console`` on a free port, reading the writer's topics; its URL."""
+) -> Iterator[RunningConsole]:
+    """``python -m services.console`` on a free port, reading the writer's topics."""
     port = free_port()
     values = {
         "ICEFJORD_CONSOLE_KAFKA__BOOTSTRAP_SERVERS": stack.kafka.bootstrap_servers,
@@ -137,6 +155,7 @@ def console_running(
         "ICEFJORD_CONSOLE_METRICS__PORT": str(port),
         "ICEFJORD_CONSOLE_TOPIC_REPLICATION_FACTOR": "1",
         "ICEFJORD_CONSOLE_LOG_FORMAT": "console",
+        "ICEFJORD_CONSOLE_DATA_DIR": str(tmp_path / "faust"),
         **env,
     }
     log_path = tmp_path / "console.log"
@@ -159,14 +178,15 @@ def console_running(
                 return False
 
         wait_for("the console to be ready", ready, 120, lambda: time.sleep(0.5))
-        yield url
+        yield RunningConsole(url, process)
     finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
         print(log_path.read_text()[-4000:])
 
 
@@ -235,7 +255,9 @@ def test_the_page_shows_a_tables_freshness_and_its_pause_button_pauses_the_write
     run_until_caught_up(writer)
     env = {"ICEFJORD_CONSOLE_ACTIONS": "true", "ICEFJORD_CONSOLE_TOKEN": TOKEN}
     try:
-        with console_running(stack, settings, tmp_path, **env) as url:
+        with console_running(stack, settings, tmp_path, **env) as console:
+            url = console.url
+
             # The API first: the writer's commit is folded, and actions refuse a bad token.
             def known() -> bool:
                 status, body = _get(f"{url}/api/tables/{table}")
@@ -270,6 +292,8 @@ def test_the_page_shows_a_tables_freshness_and_its_pause_button_pauses_the_write
                 wait_for(
                     "the writer's answer on the page", paused_on_page, 60, lambda: time.sleep(0.5)
                 )
+            browser.save_screenshot(str(tmp_path / "console.png"))
+            print(f"the page after the pause: {tmp_path / 'console.png'}")
             message = browser.find_element(By.ID, "message").text
             assert message.startswith(f"pause published for {table}"), message
 
@@ -306,9 +330,12 @@ def test_the_console_is_read_only_by_default(
     stack: Stack, change_topic: str, tmp_path: Path
 ) -> None:
     settings = writer_settings(stack, change_topic)
-    with console_running(stack, settings, tmp_path) as url:
+    with console_running(stack, settings, tmp_path) as console:
+        url = console.url
         status, body = _post(
             f"{url}/api/tables/{change_topic.removeprefix(CHANGES_TOPIC_PREFIX)}/pause", TOKEN
         )
         assert status == 403 and "actions are off" in body["error"]
         assert json.loads(_get(f"{url}/api/config")[1])["actions"] is False
+        assert b"Icefjord console" in _get(url)[1]
+        assert console.stop() == 0, "a SIGTERM is a clean stop"

@@ -208,3 +208,10 @@ def test_a_diverted_record_belongs_to_its_table_header_or_its_change_topic() -> 
     assert table_of_diversion({HEADER_TABLE: b"a.b"}) == "a.b"
     assert table_of_diversion({HEADER_SOURCE_TOPIC: b"icefjord.changes.a.c"}) == "a.c"
     assert table_of_diversion({HEADER_SOURCE_TOPIC: b"dbserver.public.x"}) is None
+
+
+def test_snapshot_ids_go_out_as_strings_that_javascript_cannot_round() -> None:
+    big = 6_037_717_963_158_806_017
+    body = shown(folded(commit(big, 1_000, 900)))
+    assert body["last_commit"]["snapshot_id"] == str(big)  # type: ignore[index]
+    assert body["commits"][0]["snapshot_id"] == str(big)  # type: ignore[index]
