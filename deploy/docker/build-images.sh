@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the four service images (make images): icefjord/<service>:<version>.
+# Build the five service images (make images): icefjord/<service>:<version>.
 #
 #   deploy/docker/build-images.sh [SERVICE ...]
 #
