@@ -191,11 +191,15 @@ def _raw_topic(app: faust.App, name: str) -> Any:
 
 def _agents(console: Console) -> None:
     app, settings, metrics = console.app, console.settings, console.metrics
+    # The codec asks the registry once per schema id (then caches it): a short block of the
+    # event loop at start and after a new control schema version, not per event.
     reader = ControlReader(
         None,  # decode() never touches the consumer: Faust reads the topic
         AvroCodec(make_registry_client(settings.registry)),
         settings.control_topic,
     )
+    # Counted when scraped: a count per event would walk every table for every event.
+    metrics.tables_known.set_function(lambda: sum(1 for k in console.views if k != ALL_TABLES))
 
     @app.agent(_raw_topic(app, settings.control_topic), name="fold-control")
     async def fold_control(stream: Any) -> None:
@@ -214,7 +218,6 @@ def _agents(console: Console) -> None:
             after = fold(before, decoded, settings.history)
             console.views[decoded.table] = after.to_json()
             metrics.events_consumed.labels(topic="control").inc()
-            metrics.tables_known.set(sum(1 for k in console.views if k != ALL_TABLES))
 
     def counter(topic: str, table: Any, label: str) -> None:
         @app.agent(_raw_topic(app, topic), name=f"count-{label}")

@@ -322,6 +322,7 @@ def test_the_page_shows_a_tables_freshness_and_its_pause_button_pauses_the_write
             assert (
                 b'icefjord_console_actions_total{kind="pause",outcome="published"} 1.0' in metrics
             )
+            assert b"icefjord_console_tables_known 1.0" in metrics
     finally:
         writer.close()
 
