@@ -24,7 +24,7 @@ from icefjord.local.services import catalog_env
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "deploy" / "docker" / "build-images.sh"
-SERVICES = ("cdc-normalizer", "schema-watcher", "iceberg-writer", "maintainer")
+SERVICES = ("cdc-normalizer", "schema-watcher", "iceberg-writer", "maintainer", "console")
 UID = 10001  # the images' user (deploy/docker/*.Dockerfile)
 
 # testcontainers' reaper (Ryuk) is an image of its own, pulled from a registry; these tests
@@ -44,7 +44,7 @@ def docker_problem() -> str | None:
 
 
 def build_images() -> dict[str, str]:
-    """Build (or bring up to date, from the layer cache) the four images; service -> tag."""
+    """Build (or bring up to date, from the layer cache) the five images; service -> tag."""
     result = subprocess.run(
         [str(BUILD)], cwd=ROOT, capture_output=True, text=True, timeout=3600, check=False
     )

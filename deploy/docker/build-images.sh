@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the four service images (make images): icefjord/<service>:<version>.
+# Build the five service images (make images): icefjord/<service>:<version>.
 #
 #   deploy/docker/build-images.sh [SERVICE ...]
 #
@@ -16,7 +16,7 @@ cd "$root"
 version="$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -1)"
 bases="${ICEFJORD_IMAGE_BASES:-auto}"
 services=("$@")
-((${#services[@]})) || services=(cdc-normalizer schema-watcher iceberg-writer maintainer)
+((${#services[@]})) || services=(cdc-normalizer schema-watcher iceberg-writer maintainer console)
 
 default_python="$(sed -n 's/^ARG PYTHON_IMAGE=//p' deploy/docker/cdc-normalizer.Dockerfile)"
 if [[ "$bases" == auto ]]; then

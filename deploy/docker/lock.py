@@ -49,6 +49,7 @@ IMAGES = {
     "schema-watcher": "services.schema_watcher",
     "iceberg-writer": "services.iceberg_writer",
     "maintainer": "services.maintainer",
+    "console": "services.console",
 }
 
 # Images whose per-record modules are compiled with mypyc (their Dockerfiles say `compiled`):

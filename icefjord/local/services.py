@@ -1,4 +1,6 @@
-"""The four Icefjord services as local processes, configured for the local stack.
+"""The Icefjord services as local processes, configured for the local stack: the four of the
+pipeline, which the demo and the benchmarks run, and icefjord-console, started by name
+(``service_processes(settings, ["console"])``).
 
 Each runs as ``python -m services.<package>`` (detached, pid and log under
 ``<state_dir>/run``), reads its settings from environment variables with its own prefix
@@ -57,18 +59,21 @@ MAINTAINER = ServiceSpec(
     "maintainer_port",
     uses_spark=True,
 )
-SERVICES = (NORMALIZER, WATCHER, WRITER, MAINTAINER)
+CONSOLE = ServiceSpec("console", "services.console", "ICEFJORD_CONSOLE_", "console_port")
+PIPELINE = (NORMALIZER, WATCHER, WRITER, MAINTAINER)
+SERVICES = (*PIPELINE, CONSOLE)
 # The services with per-record code in the mypyc build (setup.py): the normalizer's modules,
 # and the Avro decoder the writer reads every change record with.
 COMPILED_SERVICES = (NORMALIZER, WRITER)
-SERVICE_NAMES = tuple(s.name for s in SERVICES)
+# What runs by default (the demo, the benchmarks): the pipeline, not the console.
+SERVICE_NAMES = tuple(s.name for s in PIPELINE)
 
 
 def service_spec(name: str) -> ServiceSpec:
     for spec in SERVICES:
         if spec.name == name:
             return spec
-    raise KeyError(f"no service {name!r}; known: {', '.join(SERVICE_NAMES)}")
+    raise KeyError(f"no service {name!r}; known: {', '.join(s.name for s in SERVICES)}")
 
 
 def installed(spec: ServiceSpec) -> bool:

@@ -116,6 +116,7 @@ class LocalSettings(BaseSettings):
     watcher_port: int = 9402
     writer_port: int = 9403
     maintainer_port: int = 9404
+    console_port: int = 9405
 
     @property
     def dist_dir(self) -> Path:

@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -27,17 +26,16 @@ from confluent_kafka import KafkaException
 
 from services.iceberg_writer.metrics import WriterMetrics
 from services.iceberg_writer.state import TP, TableState
+from services.iceberg_writer.table_names import check_command_table
 from shared.control import EventPublisher
 from shared.errors import RetryableError
 from shared.events import (
-    ALL_TABLES,
     ControlEvent,
     OperatorCommand,
     OperatorCommandKind,
     OperatorCommandResult,
     OperatorCommandStatus,
 )
-from shared.settings import CHANGES_TOPIC_PREFIX
 
 __all__ = [
     "FlushRequest",
@@ -48,28 +46,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("services.iceberg_writer")
-
-# What the normalizer names a changes topic (``icefjord.changes.<namespace>.<table>``, each
-# part letters, digits, ``_`` and ``-``; Kafka allows 249 characters in a topic name).
-_TABLE = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
-_MAX_TABLE = 249 - len(CHANGES_TOPIC_PREFIX)
-
-
-def check_command_table(text: str) -> str:
-    """``text`` when it names a table an operator command can address: ``"*"`` or
-    ``<namespace>.<table>`` as the writer's tables are named. Raises ValueError saying why."""
-    if text == ALL_TABLES:
-        return text
-    if not text:
-        raise ValueError("no table: give <namespace>.<table>, or '*' for every table")
-    if _TABLE.fullmatch(text) is None:
-        raise ValueError(
-            f"{text[:200]!r} is not <namespace>.<table> (two parts joined by one dot, each "
-            "letters, digits, '_' or '-'), nor '*' for every table"
-        )
-    if len(text) > _MAX_TABLE:
-        raise ValueError(f"{text[:40]!r}... is longer than a table name can be ({_MAX_TABLE})")
-    return text
 
 
 @dataclass(frozen=True, slots=True)

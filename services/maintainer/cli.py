@@ -21,7 +21,6 @@ import dataclasses
 import getpass
 import json
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
@@ -33,7 +32,7 @@ from rich.table import Table
 from services.maintainer.health import TableHealth, compute_health
 from services.maintainer.identifiers import MalformedIdentifierError, parse_table
 from services.maintainer.policy import evaluate, expire_plan
-from services.maintainer.requests import Rejection, validate_request
+from services.maintainer.requests import Rejection, build_request, validate_request
 from shared.events import MaintenanceAction, MaintenanceRequest, MaintenanceResult
 from shared.events import MaintenanceStatus as Status
 from shared.operator import (
@@ -88,33 +87,6 @@ table_app = typer.Typer(
 @table_app.callback()
 def _table() -> None:
     """Inspect one Iceberg table."""
-
-
-def build_request(
-    table: str,
-    action: MaintenanceAction,
-    *,
-    partition: str | None = None,
-    options: Sequence[str] = (),
-    reason: str | None = None,
-    user: str = "unknown",
-) -> MaintenanceRequest:
-    """An operator request; ``options`` are ``KEY=VALUE`` strings (ValueError otherwise)."""
-    parsed: dict[str, str] = {}
-    for option in options:
-        key, sep, value = option.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"option {option!r} is not KEY=VALUE")
-        parsed[key.strip()] = value.strip()
-    return MaintenanceRequest(
-        request_id=str(uuid.uuid4()),
-        table=table,
-        action=action,
-        partition=partition,
-        options=parsed,
-        reason=reason or f"operator request from the command line ({action.value})",
-        requested_by=f"operator:{user}",
-    )
 
 
 def _user() -> str:

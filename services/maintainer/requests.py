@@ -9,7 +9,8 @@ parsed, never passed through as text.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -28,6 +29,7 @@ __all__ = [
     "OptionValue",
     "Rejection",
     "ValidatedRequest",
+    "build_request",
     "render_option",
     "validate_request",
 ]
@@ -167,3 +169,30 @@ def validate_request(request: MaintenanceRequest) -> ValidatedRequest | Rejectio
         except ValueError as exc:
             return Rejection(request, f"bad option {key}: {exc}")
     return ValidatedRequest(request, table, scope, options)
+
+
+def build_request(
+    table: str,
+    action: MaintenanceAction,
+    *,
+    partition: str | None = None,
+    options: Sequence[str] = (),
+    reason: str | None = None,
+    user: str = "unknown",
+) -> MaintenanceRequest:
+    """An operator request; ``options`` are ``KEY=VALUE`` strings (ValueError otherwise)."""
+    parsed: dict[str, str] = {}
+    for option in options:
+        key, sep, value = option.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"option {option!r} is not KEY=VALUE")
+        parsed[key.strip()] = value.strip()
+    return MaintenanceRequest(
+        request_id=str(uuid.uuid4()),
+        table=table,
+        action=action,
+        partition=partition,
+        options=parsed,
+        reason=reason or f"operator request from the command line ({action.value})",
+        requested_by=f"operator:{user}",
+    )

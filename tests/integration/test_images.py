@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -44,12 +45,13 @@ from shared.kafka import TopicRequest, ensure_topics, make_admin, make_consumer,
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(3600)]
 
-# Budgets of deploy/README.md: no JVM in the first two.
+# Budgets of deploy/README.md: no JVM in the first two, nor in the console.
 BUDGET_MB = {
     "cdc-normalizer": 300,
     "schema-watcher": 300,
     "iceberg-writer": 1500,
     "maintainer": 1500,
+    "console": 300,
 }
 LIST_DISTRIBUTIONS = (
     "import importlib.metadata as m, json, os, sys; "
@@ -207,6 +209,52 @@ def test_the_watcher_image_announces_a_schema(
             changes = [e for e in control_events(stack, control) if isinstance(e, SchemaChange)]
             time.sleep(2)
         assert [(c.table, c.to_version) for c in changes] == [(table, 1)]
+        assert_production_container(service)
+        assert service.terminate() == 0
+
+
+def test_the_console_image_serves_its_page_and_folds_the_control_topic(
+    stack: Stack, images: dict[str, str], topic_factory: Callable[..., str], namespace: str
+) -> None:
+    from services.console.config import ConsoleSettings
+    from shared.avro import AvroCodec
+    from shared.control import ControlPublisher
+    from shared.events import ControlEvent, OperatorCommand, OperatorCommandKind
+    from shared.registry import make_registry_client
+
+    control = topic_factory("control", partitions=2)
+    table = f"{namespace}.orders"
+    publisher = ControlPublisher(
+        make_producer(stack.kafka), AvroCodec(make_registry_client(stack.registry)), control
+    )
+    command = OperatorCommand(command=OperatorCommandKind.PAUSE, table=table, requested_by="t")
+    publisher.publish(ControlEvent.new(table, command, "test"))
+    publisher.flush()
+    values = with_free_metrics_port(
+        {
+            "kafka": stack.kafka,
+            "registry": stack.registry,
+            "control_topic": control,
+            "dead_letter_topic": topic_factory("deadletter"),
+            "quarantine_topic": topic_factory("quarantine"),
+            "app_id": f"console-{uuid.uuid4().hex[:8]}",
+            "topic_replication_factor": 1,
+        },
+        ConsoleSettings,
+    )
+    settings = ConsoleSettings(**values)
+    with running(images["console"], settings_env(settings, stack), "console") as service:
+        service.wait_healthy()
+        base = f"http://127.0.0.1:{settings.metrics.port}"
+        deadline = time.monotonic() + 60
+        tables: list[dict[str, Any]] = []
+        while not tables and time.monotonic() < deadline:
+            with urllib.request.urlopen(f"{base}/api/tables", timeout=5) as response:
+                tables = json.loads(response.read())["tables"]
+            time.sleep(1)
+        assert [(t["table"], t["paused"]) for t in tables] == [(table, True)]
+        with urllib.request.urlopen(base, timeout=5) as response:
+            assert b"Icefjord console" in response.read()
         assert_production_container(service)
         assert service.terminate() == 0
 

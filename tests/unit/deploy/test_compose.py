@@ -1,5 +1,5 @@
 """docker-compose.yml is validated, not run (no Docker engine in CI): the Compose schema,
-structure and hygiene, and the contract of the four services."""
+structure and hygiene, and the contract of the five services."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 pytestmark = pytest.mark.unit
 
-SERVICES = ("cdc-normalizer", "schema-watcher", "iceberg-writer", "maintainer")
+SERVICES = ("cdc-normalizer", "schema-watcher", "iceberg-writer", "maintainer", "console")
 
 
 def registered(module_name: str) -> dict[str, tuple[str, frozenset[str]]]:
@@ -81,6 +81,7 @@ def test_metrics_module_matches_the_contract(contract: Contract, service: str) -
         ("schema-watcher", "services.schema_watcher.config", "WatcherSettings"),
         ("iceberg-writer", "services.iceberg_writer.config", "WriterSettings"),
         ("maintainer", "services.maintainer.config", "MaintainerSettings"),
+        ("console", "services.console.config", "ConsoleSettings"),
     ],
 )
 def test_settings_use_the_contract_port_and_prefix(
@@ -96,5 +97,5 @@ def test_settings_use_the_contract_port_and_prefix(
 def test_every_service_has_its_own_port_and_prefix(contract: Contract) -> None:
     services = list(contract.services.values())
     assert sorted(s.name for s in services) == sorted(SERVICES)
-    assert len({s.port for s in services}) == len({s.env_prefix for s in services}) == 4
+    assert len({s.port for s in services}) == len({s.env_prefix for s in services}) == 5
     assert {m.service for m in contract.metrics.values()} == set(SERVICES)

@@ -52,6 +52,16 @@ def test_images_without_a_jvm_carry_no_spark_and_no_arrow(root: Path) -> None:
         assert "pyspark==" not in lock and "pyarrow==" not in lock and "faust" not in lock
 
 
+def test_only_the_console_image_carries_faust_and_it_carries_no_spark_nor_iceberg(
+    root: Path,
+) -> None:
+    for name in ("cdc-normalizer", "schema-watcher", "iceberg-writer", "maintainer"):
+        assert "faust" not in (root / images.LOCKS / f"{name}.txt").read_text(), name
+    lock = (root / images.LOCKS / "console.txt").read_text()
+    assert "faust-streaming==" in lock and "aiokafka==" in lock
+    assert "pyspark==" not in lock and "pyarrow==" not in lock and "pyiceberg==" not in lock
+
+
 @pytest.mark.parametrize(
     ("dockerfile", "old", "new", "expected"),
     [
