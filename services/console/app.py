@@ -43,25 +43,6 @@ SEPARATOR = "|"
 METRICS_TYPE = CONTENT_TYPE_LATEST.split(";", 1)[0] + "; version=0.0.4"
 
 
-@dataclass(frozen=True, slots=True)
-class _Record:
-    """A Faust message seen through the confluent-kafka ``Message`` methods that
-    ``ControlReader.decode`` calls."""
-
-    _value: bytes | None
-    _partition: int
-    _offset: int
-
-    def value(self) -> bytes | None:
-        return self._value
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-
 @dataclass
 class Console:
     """The Faust app and what its views read."""
@@ -194,7 +175,7 @@ def _agents(console: Console) -> None:
     # The codec asks the registry once per schema id (then caches it): a short block of the
     # event loop at start and after a new control schema version, not per event.
     reader = ControlReader(
-        None,  # decode() never touches the consumer: Faust reads the topic
+        None,  # decode_value() never touches the consumer: Faust reads the topic
         AvroCodec(make_registry_client(settings.registry)),
         settings.control_topic,
     )
@@ -206,9 +187,9 @@ def _agents(console: Console) -> None:
         async for event in stream.events():
             message = event.message
             rejected = reader.rejected
-            decoded: ControlEvent | None = reader.decode(
-                _Record(message.value, message.partition, message.offset)
-            )
+            decoded: ControlEvent | None = None
+            if message.value is not None:
+                decoded = reader.decode_value(message.value, message.partition, message.offset)
             if decoded is None:
                 if reader.rejected > rejected:
                     metrics.events_rejected.labels(topic="control").inc()
