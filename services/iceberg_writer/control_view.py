@@ -184,7 +184,11 @@ class ControlView:
         ends = {partition: offset for (_, partition), offset in stable.items()}
         deadline = time.monotonic() + timeout_s
         while True:
-            positions = {tp.partition: tp.offset for tp in self._consumer.position(assignment)}
+            # The events folded say where each partition stands: a partition assigned at its
+            # end (from a checkpoint) has no consumer position until a record arrives.
+            positions = dict(self._positions)
+            for tp in self._consumer.position(assignment):
+                positions[tp.partition] = max(positions.get(tp.partition, -1), tp.offset)
             if all(high == 0 or positions.get(p, -1) >= high for p, high in ends.items()):
                 return
             if time.monotonic() > deadline:
