@@ -129,8 +129,10 @@ class ObjectStore:
         return path
 
     def start(self) -> None:
-        """Start ``weed server`` (the binary must be built: :func:`ensure_weed`), wait for
-        its S3 port, then create the bucket if missing. Raises ObjectStoreError."""
+        """Start ``weed server`` (the binary must be built: :func:`ensure_weed`), create the
+        bucket if missing, and wait until an object can be written and read back (the
+        bucket's listing comes from the filer before the volume server serves any data).
+        Raises ObjectStoreError."""
         s = self.settings
         (self.home / "data").mkdir(parents=True, exist_ok=True)
         free = free_mib(self.home / "data")
@@ -174,6 +176,7 @@ class ObjectStore:
         while True:
             try:
                 self._ensure_bucket()
+                self._probe_data()
                 return
             except OSError as exc:
                 if self.process.pid() is None:
@@ -190,6 +193,17 @@ class ObjectStore:
         s3 = s3_filesystem(self.settings, allow_bucket_creation=True)
         if s3.get_file_info(self.settings.s3_bucket).type == fs.FileType.NotFound:
             s3.create_dir(self.settings.s3_bucket)
+
+    def _probe_data(self) -> None:
+        """Write a small object and read it back; raises OSError until the data is served."""
+        s3 = s3_filesystem(self.settings)
+        path = f"{self.settings.s3_bucket}/.icefjord/probe"
+        written = str(time.time_ns()).encode()
+        with s3.open_output_stream(path) as out:
+            out.write(written)
+        with s3.open_input_stream(path) as back:
+            if back.read() != written:
+                raise OSError(f"s3://{path} read back other bytes than written")
 
     def stop(self) -> bool:
         return self.process.stop()
