@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -92,3 +93,28 @@ def publish_schema_change(stack: Stack, topic: str, change: SchemaChange) -> Non
     )
     publisher.publish(ControlEvent.new(change.table, change, "test"))
     publisher.flush()
+
+
+@contextmanager
+def stepping(writer: Writer) -> Iterator[None]:
+    """The writer's loop in a thread, as the service runs it, while a test acts."""
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        while not stop.is_set():
+            try:
+                writer.step()
+            except BaseException as exc:
+                errors.append(exc)
+                return
+
+    thread = threading.Thread(target=run, name="writer-loop", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(120)
+    if errors:
+        raise errors[0]

@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -32,11 +31,11 @@ from writer_support import (
     producer_for,
     run_until_caught_up,
     start_writer,
+    stepping,
     writer_settings,
 )
 
 from services.iceberg_writer.config import WriterSettings
-from services.iceberg_writer.writer import Writer
 from shared.avro import AvroCodec
 from shared.catalog import open_catalog
 from shared.control import ControlReader
@@ -188,31 +187,6 @@ def console_running(
                 process.kill()
                 process.wait(10)
         print(log_path.read_text()[-4000:])
-
-
-@contextmanager
-def stepping(writer: Writer) -> Iterator[None]:
-    """The writer's loop in a thread, as the service runs it, while the browser acts."""
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        while not stop.is_set():
-            try:
-                writer.step()
-            except BaseException as exc:
-                errors.append(exc)
-                return
-
-    thread = threading.Thread(target=run, name="writer-loop", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(120)
-    if errors:
-        raise errors[0]
 
 
 def data_commits(stack: Stack, table: str) -> int:

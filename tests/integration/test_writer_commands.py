@@ -4,11 +4,9 @@ and they hold across a writer restart and for a table that does not exist yet.""
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -20,6 +18,7 @@ from writer_support import (
     producer_for,
     run_until_caught_up,
     start_writer,
+    stepping,
     writer_settings,
 )
 
@@ -41,31 +40,6 @@ QUIET_S = 6.0  # three freshness targets (2 s): time enough for commits that sho
 def change_topic(stack: Stack, namespace: str) -> Iterator[str]:
     with change_topic_in(stack, namespace, "held") as name:
         yield name
-
-
-@contextmanager
-def stepping(writer: Writer) -> Iterator[None]:
-    """The writer's loop in a thread, as the service runs it, while the test acts."""
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        while not stop.is_set():
-            try:
-                writer.step()
-            except BaseException as exc:
-                errors.append(exc)
-                return
-
-    thread = threading.Thread(target=run, name="writer-loop", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(120)
-    if errors:
-        raise errors[0]
 
 
 def control(
