@@ -27,6 +27,7 @@ from services.iceberg_writer.metrics import WriterMetrics
 from services.iceberg_writer.state import TableState
 from services.iceberg_writer.tables import (
     EPOCH_PROPERTY,
+    SCHEMA_ID_PROPERTY,
     SCHEMA_VERSION_PROPERTY,
     Checkpoint,
     TableStore,
@@ -107,7 +108,8 @@ class SchemaAdmission:
         the table on its first record and evolves it when a plan allows the version."""
         if state.table is None:
             self._create(state, schema_id, topic)
-            return WRITE
+            # Else the table was there already, made by another writer or by this one before
+            # a failure: rows of another version are admitted as every record is.
         if schema_id in state.applied_ids:
             return WRITE
         plan = self._control.plan(state.name, schema_id)
@@ -166,8 +168,15 @@ class SchemaAdmission:
         if version:
             properties[SCHEMA_VERSION_PROPERTY] = str(version)
         created = self._store.create(state.name, raw, schema_id, properties)
-        if version and created.properties.get(SCHEMA_VERSION_PROPERTY) != str(version):
-            # The table was there already (another writer made it in between).
+        made_with_it = created.properties.get(SCHEMA_ID_PROPERTY) == str(schema_id)
+        if (
+            version
+            and made_with_it
+            and created.properties.get(SCHEMA_VERSION_PROPERTY) != str(version)
+        ):
+            # Made in between with this schema by a writer whose version lookup failed. A table
+            # made with another schema keeps its version: stamping this record's on it would
+            # pass a newer version for applied without its columns.
             self._store.set_properties(state.name, {SCHEMA_VERSION_PROPERTY: str(version)})
         log.info(
             "table created",

@@ -42,7 +42,7 @@ from services.iceberg_writer.metrics import WriterMetrics
 from services.iceberg_writer.state import TableState, table_of
 from services.iceberg_writer.tables import DEFAULT_PROPERTIES, TableStore
 from shared.avro import WireFormatError, split_header
-from shared.errors import RetryableError
+from shared.errors import RetryableError, waiting_for_warehouse
 from shared.kafka import GroupMembership, consume_ready, last_stable_offsets
 
 __all__ = ["CONSUME_BATCH", "DECODED", "TAKE_WAITING_S", "Writer", "take_waiting"]
@@ -322,8 +322,10 @@ class Writer:
                 self.settings.max_batch_records,
             )
             state = TableState(name=name, topic=topic, clock=clock)
-            self.tables[name] = state
+            # Held only once loaded: a state whose load failed (the object store down) would
+            # pass for a table that does not exist, and its checkpoint for none.
             self.admission.load(state)
+            self.tables[name] = state
             self.bulk.hold(state)
             self.commands.loaded(state)
         return state
@@ -363,11 +365,13 @@ class Writer:
     def step(self) -> None:
         """One round: control events, a poll of change records, due commits, waits, lag.
 
-        A RetryableError (registry or broker unreachable) leaves no half-read batch behind:
-        uncommitted work is dropped and every partition is read again from the checkpoint.
+        A RetryableError (registry, broker or warehouse unreachable) leaves no half-read
+        batch behind: uncommitted work is dropped and every partition is read again from the
+        checkpoint. A warehouse outage counts as one here, inside the step: classified only
+        by the caller, the records polled after the one that met it were skipped for good.
         """
         try:
-            self._step()
+            waiting_for_warehouse(self._step)()
         except RetryableError:
             self.rewind()
             raise
@@ -443,6 +447,14 @@ class Writer:
         tp = (topic, partition)
         if tp in state.waits:
             return  # fetched before the pause took effect; read again on resume
+        checkpoint = state.committed.get(tp)
+        if checkpoint is not None and offset < checkpoint:
+            # In the table already: the partition was assigned or rewound before the table's
+            # checkpoint was known (its load failed). Read on from the checkpoint.
+            if state.consumed.get(tp) != checkpoint:
+                self.partitions.seek(TopicPartition(topic, partition, checkpoint))
+                state.consumed[tp] = checkpoint
+            return
         value = message.value()
         if value is None:
             state.consumed[tp] = offset + 1

@@ -32,7 +32,10 @@ from writer_support import (
 )
 
 from icefjord.bench.writer import bench_new_tables
-from services.iceberg_writer.tables import FencedError
+from services.iceberg_writer.admission import WAIT
+from services.iceberg_writer.batching import BatchClock
+from services.iceberg_writer.state import TableState
+from services.iceberg_writer.tables import SCHEMA_VERSION_PROPERTY, FencedError
 from services.iceberg_writer.writer import Writer
 from shared.avro import AvroCodec
 from shared.events import CommitDone, SchemaChange, SchemaOperation, SchemaOperationKind, Verdict
@@ -379,6 +382,28 @@ def test_schema_change_waits_applies_and_quarantines(
     rows = table_rows(spark, table)
     assert rows[1]["note"] == "hi" and rows[1]["name"] == "v2-1"
     assert rows[5]["note"] is None and rows[5]["name"] == "v1-5"
+
+
+def test_a_table_found_made_keeps_its_version_and_newer_rows_wait_for_their_plan(
+    stack: Stack, change_topic: str
+) -> None:
+    """A writer that meets a record of a newer version for a table it holds no state of (made
+    by another writer meanwhile, or its own load failed) finds the table as it is: the
+    version is not stamped on it without its columns, and the rows wait for their plan."""
+    ns, name = change_topic.removeprefix("icefjord.changes.").split(".")
+    table = f"{ns}.{name}"
+    v1 = change_schema(ns, name)
+    v2 = change_schema(ns, name, [{"name": "note", "type": ["null", "string"], "default": None}])
+    writer = start_writer(writer_settings(stack, change_topic))
+    producer_for(stack, change_topic).send(v1, [Event(1, "CREATE", 1, name="v1")])
+    run_until_caught_up(writer)
+    v2_id = AvroCodec(make_registry_client(stack.registry)).register(f"{change_topic}-value", v2)
+    fresh = TableState(name=table, topic=change_topic, clock=BatchClock(5.0, 0.2, 1000))
+    assert writer.admission.admit(fresh, v2_id, change_topic) == WAIT
+    assert fresh.table is not None
+    assert fresh.table.properties[SCHEMA_VERSION_PROPERTY] == "1"
+    assert fresh.current_version == 1 and v2_id not in fresh.applied_ids
+    assert "note" not in [f.name for f in fresh.table.schema().fields]
 
 
 def commits_by_path(writer: Writer, table: str) -> dict[str, float]:

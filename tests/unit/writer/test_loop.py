@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from commands_support import command_event, operator_commands
-from confluent_kafka import KafkaError
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from services.iceberg_writer.admission import WAIT, WRITE, Admission
@@ -317,6 +317,63 @@ def test_a_read_error_drops_uncommitted_work_and_is_retryable() -> None:
         loop.step(FakeMessage(0, record(1)), broken)
     assert loop.state.pending == [] and loop.state.consumed == {}
     assert loop.committer.done == []
+
+
+class OutageAdmission(FakeAdmission):
+    """Admission whose table evolution meets an unreachable object store (pyarrow's
+    file systems raise OSError) for rows of schema id 2."""
+
+    def admit(self, state: TableState, schema_id: int, topic: str) -> Admission:
+        if schema_id == 2:
+            raise OSError("When reading information for key 'warehouse/...': curlCode: 7")
+        return super().admit(state, schema_id, topic)
+
+
+def test_a_warehouse_outage_mid_batch_rewinds_instead_of_skipping_the_records_after_it() -> None:
+    loop = Loop(max_records=10)
+    loop.writer.admission = OutageAdmission({})
+    seeks: list[Any] = []
+    loop.partitions.seek = seeks.append  # type: ignore[method-assign]
+    loop.partitions.consumer.assignment = lambda: [  # type: ignore[method-assign]
+        TopicPartition(TOPIC, 0)
+    ]
+    with pytest.raises(RetryableError, match="warehouse unavailable"):
+        loop.step(FakeMessage(0, record(1)), FakeMessage(1, record(2)), FakeMessage(2, record(1)))
+    # Nothing of the batch stays half-read: the partition goes back to its checkpoint (none
+    # yet: the beginning), so record 1 and the one after it are read again.
+    assert loop.state.pending == [] and loop.state.consumed == {}
+    assert [(tp.topic, tp.partition, tp.offset) for tp in seeks] == [(TOPIC, 0, OFFSET_BEGINNING)]
+
+
+class FlakyLoadAdmission(FakeAdmission):
+    """The table's first load meets the object store down; the next finds its checkpoint at
+    offset 5."""
+
+    def __init__(self) -> None:
+        super().__init__({})
+        self.failures = 1
+
+    def load(self, state: TableState) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise OSError("When getting information for key 'warehouse/...': curlCode: 7")
+        state.committed = {(TOPIC, 0): 5}
+
+
+def test_a_table_whose_load_failed_is_loaded_again_and_read_on_from_its_checkpoint() -> None:
+    loop = Loop(max_records=10)
+    loop.writer.admission = FlakyLoadAdmission()
+    seeks: list[Any] = []
+    loop.partitions.seek = seeks.append  # type: ignore[method-assign]
+    with pytest.raises(RetryableError, match="warehouse unavailable"):
+        loop.step(FakeMessage(0, record(1)))
+    assert TABLE not in loop.writer.tables, "a table whose load failed passed for loaded"
+    # The partition was read from the beginning meanwhile: what the checkpoint holds is
+    # skipped, with one seek to it.
+    loop.step(*(FakeMessage(offset, record(1)) for offset in range(7)))
+    assert [c.key[0] for c in loop.state.pending] == [5, 6]
+    assert [(tp.topic, tp.partition, tp.offset) for tp in seeks] == [(TOPIC, 0, 5)]
+    assert loop.state.consumed[(TOPIC, 0)] == 7
 
 
 def test_a_paused_table_commits_nothing_until_flushed_and_the_flush_is_answered_after() -> None:
