@@ -42,7 +42,7 @@ from services.iceberg_writer.metrics import WriterMetrics
 from services.iceberg_writer.state import TableState, table_of
 from services.iceberg_writer.tables import DEFAULT_PROPERTIES, TableStore
 from shared.avro import WireFormatError, split_header
-from shared.errors import RetryableError, waiting_for_warehouse
+from shared.errors import RetryableError, waiting_for_warehouse, warehouse_unavailable
 from shared.kafka import GroupMembership, consume_ready, last_stable_offsets
 
 __all__ = ["CONSUME_BATCH", "DECODED", "TAKE_WAITING_S", "Writer", "take_waiting"]
@@ -122,6 +122,8 @@ class Commands(Protocol):
     """:class:`~services.iceberg_writer.commands.OperatorCommands`."""
 
     def loaded(self, state: TableState) -> None: ...
+
+    def is_paused(self, table: str) -> bool: ...
 
     def flushed(self) -> None: ...
 
@@ -332,15 +334,25 @@ class Writer:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
-            state = self._state(tp.topic)
+            try:
+                state = self._state(tp.topic)
+            except Exception as exc:
+                if not warehouse_unavailable(exc):
+                    raise
+                # Assigned all the same: its records load the table when they come, and what
+                # its checkpoint holds is then read past (_on_message).
+                log.warning(
+                    "table not loaded at assignment: the warehouse is unreachable",
+                    extra={"topic": tp.topic, "error": str(exc)[:300]},
+                )
+                tp.offset = OFFSET_BEGINNING
+                continue
             stored = state.committed.get((tp.topic, tp.partition))
             tp.offset = stored if stored is not None else OFFSET_BEGINNING
             state.consumed[(tp.topic, tp.partition)] = stored or 0
             state.bounds = None  # keys may have moved between partitions
         consumer.assign(partitions)
-        paused = [
-            tp for tp in partitions if self.control.is_paused(self.tables[table_of(tp.topic)])
-        ]
+        paused = [tp for tp in partitions if self.commands.is_paused(table_of(tp.topic))]
         if paused:
             consumer.pause(paused)
         log.info("partitions assigned", extra={"count": len(partitions)})

@@ -376,6 +376,29 @@ def test_a_table_whose_load_failed_is_loaded_again_and_read_on_from_its_checkpoi
     assert loop.state.consumed[(TOPIC, 0)] == 7
 
 
+class Assigning:
+    """What a rebalance hands the writer's assignment callback, and what it assigns."""
+
+    def __init__(self) -> None:
+        self.assigned: list[tuple[str, int, int]] = []
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        self.assigned = [(tp.topic, tp.partition, tp.offset) for tp in partitions]
+
+    def pause(self, partitions: list[TopicPartition]) -> None: ...
+
+
+def test_an_assignment_while_the_store_is_down_is_taken_and_its_table_loaded_later() -> None:
+    loop = Loop(max_records=10)
+    loop.writer.admission = FlakyLoadAdmission()
+    consumer = Assigning()
+    loop.writer._on_assign(consumer, [TopicPartition(TOPIC, 0)])  # type: ignore[arg-type]
+    assert consumer.assigned == [(TOPIC, 0, OFFSET_BEGINNING)]
+    assert TABLE not in loop.writer.tables
+    loop.step(*(FakeMessage(offset, record(1)) for offset in range(7)))
+    assert [c.key[0] for c in loop.state.pending] == [5, 6]
+
+
 def test_a_paused_table_commits_nothing_until_flushed_and_the_flush_is_answered_after() -> None:
     loop = Loop(max_records=2)
     loop.step(FakeMessage(0, record(1)))
