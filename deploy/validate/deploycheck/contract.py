@@ -27,6 +27,8 @@ class ServiceContract:
     env_prefix: str
     longest_flush_s: int
     spark: bool
+    # The workload kind: a StatefulSet where a pod's identity must outlive its replacement.
+    workload: Literal["Deployment", "StatefulSet"] = "Deployment"
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ def load_contract(root: Path) -> Contract:
             env_prefix=str(raw["env_prefix"]),
             longest_flush_s=int(raw["longest_flush_s"]),
             spark=bool(raw["spark"]),
+            workload="StatefulSet" if raw.get("workload") == "StatefulSet" else "Deployment",
         )
         for name, raw in data["services"].items()
     }

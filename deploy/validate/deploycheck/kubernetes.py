@@ -1,7 +1,7 @@
 """Kubernetes: render each overlay with `kubectl kustomize`, validate every object against the
 Kubernetes JSON schemas in strict mode (kubernetes-validate, offline), then Icefjord's rules:
 probes, resources, non-root, read-only root filesystem, grace periods, Secret references only,
-budgets and monitors for every Deployment, and the Spark-on-Kubernetes wiring."""
+budgets and monitors for every Deployment or StatefulSet, and the Spark-on-Kubernetes wiring."""
 
 from __future__ import annotations
 

@@ -122,7 +122,12 @@ def _env_problems(
 def _deployment_problems(
     deployment: Obj, svc: ServiceContract, objects: list[Obj], config_maps: dict[str, Obj]
 ) -> Iterator[str]:
-    where = f"Deployment/{svc.name}"
+    where = f"{deployment['kind']}/{svc.name}"
+    if deployment["kind"] == "StatefulSet":
+        governing = deployment["spec"].get("serviceName")
+        headless = _named(objects, "Service").get(governing or "")
+        if headless is None or headless["spec"].get("clusterIP") != "None":
+            yield f"{where}: its serviceName {governing!r} must be a headless Service"
     pod_template = deployment["spec"]["template"]
     pod, labels = pod_template["spec"], pod_template["metadata"].get("labels") or {}
     grace = int(pod.get("terminationGracePeriodSeconds", 30))
@@ -186,13 +191,14 @@ def _spark_problems(objects: list[Obj], deployments: dict[str, Obj]) -> Iterator
 
 def workload_problems(objects: list[Obj], contract: Contract) -> list[str]:
     """Every rule above over one overlay's rendered objects."""
-    deployments = _named(objects, "Deployment")
+    deployments = {**_named(objects, "Deployment"), **_named(objects, "StatefulSet")}
     config_maps = _named(objects, "ConfigMap")
     messages: list[str] = []
     for svc in contract.services.values():
         deployment = deployments.get(svc.name)
-        if deployment is None:
-            messages.append(f"Deployment/{svc.name}: missing")
+        if deployment is None or deployment["kind"] != svc.workload:
+            found = f" (a {deployment['kind']})" if deployment is not None else ""
+            messages.append(f"{svc.workload}/{svc.name}: missing{found}")
             continue
         messages += _deployment_problems(deployment, svc, objects, config_maps)
     messages += [

@@ -32,8 +32,17 @@ def find(objects: Objects, kind: str, name: str) -> dict[str, Any]:
     return next(o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name)
 
 
+def workload(objects: Objects, name: str) -> dict[str, Any]:
+    """The Deployment or StatefulSet ``name``."""
+    return next(
+        o
+        for o in objects
+        if o["kind"] in ("Deployment", "StatefulSet") and o["metadata"]["name"] == name
+    )
+
+
 def container(objects: Objects, name: str) -> dict[str, Any]:
-    deployment = find(objects, "Deployment", name)
+    deployment = workload(objects, name)
     return dict(deployment["spec"]["template"]["spec"]["containers"][0])
 
 
@@ -51,8 +60,8 @@ def test_overlays_differ_where_they_should(
     assert {o["metadata"].get("namespace") for o in dev if o["kind"] != "Namespace"} == {
         "icefjord-dev"
     }
-    assert find(prod_objects, "Deployment", "cdc-normalizer")["spec"]["replicas"] == 3
-    assert find(dev, "Deployment", "cdc-normalizer")["spec"]["replicas"] == 1
+    assert find(prod_objects, "StatefulSet", "cdc-normalizer")["spec"]["replicas"] == 3
+    assert find(dev, "StatefulSet", "cdc-normalizer")["spec"]["replicas"] == 1
     # Only prod runs the writer's Spark on Kubernetes, with RBAC for its executors.
     assert any(o["kind"] == "Role" for o in prod_objects)
     assert not any(o["kind"] == "Role" for o in dev)
@@ -177,11 +186,28 @@ def test_each_workload_rule_catches_its_fault(
     expected: str,
 ) -> None:
     objects = copy.deepcopy(prod_objects)
-    pod = find(objects, "Deployment", service)["spec"]["template"]["spec"]
+    target = workload(objects, service)
+    pod = target["spec"]["template"]["spec"]
     mutate(pod["containers"][0], pod)
     found = workload_problems(objects, contract)
     assert len(found) == 1, found
-    assert found[0].startswith(f"Deployment/{service}") and expected in found[0]
+    assert found[0].startswith(f"{target['kind']}/{service}") and expected in found[0]
+
+
+def test_the_normalizer_must_be_a_stateful_set_with_a_headless_service(
+    prod_objects: Objects, contract: Contract
+) -> None:
+    """Its transactional.id comes from its hostname, which only a StatefulSet keeps."""
+    objects = copy.deepcopy(prod_objects)
+    find(objects, "StatefulSet", "cdc-normalizer")["kind"] = "Deployment"
+    assert workload_problems(objects, contract) == [
+        "StatefulSet/cdc-normalizer: missing (a Deployment)"
+    ]
+    objects = copy.deepcopy(prod_objects)
+    find(objects, "Service", "cdc-normalizer")["spec"].pop("clusterIP")
+    assert workload_problems(objects, contract) == [
+        "StatefulSet/cdc-normalizer: its serviceName 'cdc-normalizer' must be a headless Service"
+    ]
 
 
 def test_a_deployment_without_budget_or_monitor_is_reported(
