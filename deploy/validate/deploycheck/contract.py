@@ -29,6 +29,8 @@ class ServiceContract:
     spark: bool
     # The workload kind: a StatefulSet where a pod's identity must outlive its replacement.
     workload: Literal["Deployment", "StatefulSet"] = "Deployment"
+    # The Kafka consumer group its settings default to (None: it has none of its own).
+    group_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,7 @@ def load_contract(root: Path) -> Contract:
             longest_flush_s=int(raw["longest_flush_s"]),
             spark=bool(raw["spark"]),
             workload="StatefulSet" if raw.get("workload") == "StatefulSet" else "Deployment",
+            group_id=str(raw["group_id"]) if "group_id" in raw else None,
         )
         for name, raw in data["services"].items()
     }

@@ -189,6 +189,77 @@ def _spark_problems(objects: list[Obj], deployments: dict[str, Obj]) -> Iterator
                     )
 
 
+def _resolved_env(container: Obj, config_maps: dict[str, Obj]) -> dict[str, str]:
+    """A container's environment as far as literals and ConfigMaps give it (not Secrets)."""
+    env: dict[str, str] = {}
+    for source in container.get("envFrom") or []:
+        ref = (source.get("configMapRef") or {}).get("name") or ""
+        env.update((config_maps.get(ref) or {}).get("data") or {})
+    for item in container.get("env") or []:
+        ref = (item.get("valueFrom") or {}).get("configMapKeyRef")
+        if "value" in item:
+            env[item["name"]] = str(item["value"])
+        elif ref:
+            data = (config_maps.get(ref["name"]) or {}).get("data") or {}
+            if ref["key"] in data:
+                env[item["name"]] = data[ref["key"]]
+    return env
+
+
+# KEDA's Kafka scaler names librdkafka's SASL mechanisms its own way.
+_KEDA_SASL = {
+    "PLAIN": "plaintext",
+    "SCRAM-SHA-256": "scram_sha256",
+    "SCRAM-SHA-512": "scram_sha512",
+}
+
+
+def _scaler_problems(
+    objects: list[Obj], contract: Contract, config_maps: dict[str, Obj]
+) -> Iterator[str]:
+    """A ScaledObject must scale an existing workload, and a kafka trigger must watch that
+    service's own consumer group on its brokers, with its SASL mechanism and TLS."""
+    authentications = _named(objects, "TriggerAuthentication")
+    for scaled in _named(objects, "ScaledObject").values():
+        where = f"ScaledObject/{scaled['metadata']['name']}"
+        spec = scaled["spec"]
+        ref = spec["scaleTargetRef"]
+        kind = ref.get("kind", "Deployment")
+        target = _named(objects, kind).get(ref["name"])
+        if target is None:
+            yield f"{where}: scales {kind}/{ref['name']}, which does not exist"
+            continue
+        if spec.get("minReplicaCount", 0) > spec.get("maxReplicaCount", 100):
+            yield f"{where}: minReplicaCount is above maxReplicaCount"
+        svc = contract.services.get(ref["name"])
+        container = target["spec"]["template"]["spec"]["containers"][0]
+        env = _resolved_env(container, config_maps)
+        for trigger in spec["triggers"]:
+            if trigger["type"] != "kafka" or svc is None:
+                continue
+            meta = trigger["metadata"]
+            prefix = svc.env_prefix
+            group = env.get(f"{prefix}GROUP_ID", svc.group_id)
+            protocol = env.get(f"{prefix}KAFKA__SECURITY_PROTOCOL", "PLAINTEXT").upper()
+            mechanism = env.get(f"{prefix}KAFKA__SASL_MECHANISM", "")
+            expected = {
+                "bootstrapServers": env.get(f"{prefix}KAFKA__BOOTSTRAP_SERVERS"),
+                "consumerGroup": group,
+                "sasl": _KEDA_SASL.get(mechanism.upper(), "none")
+                if protocol.startswith("SASL")
+                else "none",
+                "tls": "enable" if protocol in ("SSL", "SASL_SSL") else "disable",
+            }
+            defaults = {"sasl": "none", "tls": "disable"}
+            for key, value in expected.items():
+                found = meta.get(key, defaults.get(key))
+                if found != value:
+                    yield f"{where}: kafka trigger {key} is {found!r}, the service's is {value!r}"
+            auth = (trigger.get("authenticationRef") or {}).get("name")
+            if expected["sasl"] != "none" and auth not in authentications:
+                yield f"{where}: SASL needs a TriggerAuthentication; {auth!r} does not exist"
+
+
 def workload_problems(objects: list[Obj], contract: Contract) -> list[str]:
     """Every rule above over one overlay's rendered objects."""
     deployments = {**_named(objects, "Deployment"), **_named(objects, "StatefulSet")}
@@ -207,4 +278,5 @@ def workload_problems(objects: list[Obj], contract: Contract) -> list[str]:
         if o.get("kind") == "Secret"
     ]
     messages += _spark_problems(objects, deployments)
+    messages += _scaler_problems(objects, contract, config_maps)
     return messages

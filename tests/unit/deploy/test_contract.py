@@ -92,6 +92,8 @@ def test_settings_use_the_contract_port_and_prefix(
     settings = getattr(importlib.import_module(config_module), settings_class)
     assert settings.model_config["env_prefix"] == svc.env_prefix
     assert settings().metrics.port == svc.port
+    if svc.group_id is not None:  # what an autoscaler on its lag watches
+        assert settings().group_id == svc.group_id
 
 
 def test_every_service_has_its_own_port_and_prefix(contract: Contract) -> None:

@@ -201,7 +201,8 @@ def test_the_normalizer_must_be_a_stateful_set_with_a_headless_service(
     objects = copy.deepcopy(prod_objects)
     find(objects, "StatefulSet", "cdc-normalizer")["kind"] = "Deployment"
     assert workload_problems(objects, contract) == [
-        "StatefulSet/cdc-normalizer: missing (a Deployment)"
+        "StatefulSet/cdc-normalizer: missing (a Deployment)",
+        "ScaledObject/cdc-normalizer: scales StatefulSet/cdc-normalizer, which does not exist",
     ]
     objects = copy.deepcopy(prod_objects)
     find(objects, "Service", "cdc-normalizer")["spec"].pop("clusterIP")
@@ -224,6 +225,67 @@ def test_a_deployment_without_budget_or_monitor_is_reported(
         "Deployment/schema-watcher: no PodMonitor selects its pods (on a declared port)",
         "Deployment/maintainer: no PodDisruptionBudget selects its pods (on a declared port)",
     ]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        (
+            "consumerGroup",
+            "icefjord-writer",
+            "kafka trigger consumerGroup is 'icefjord-writer', the service's is "
+            "'icefjord-cdc-normalizer'",
+        ),
+        (
+            "bootstrapServers",
+            "kafka:9092",
+            "kafka trigger bootstrapServers is 'kafka:9092', the service's is "
+            "'kafka-bootstrap.kafka.svc:9093'",
+        ),
+        ("sasl", "plaintext", "kafka trigger sasl is 'plaintext', the service's is 'scram_sha512'"),
+        ("tls", None, "kafka trigger tls is 'disable', the service's is 'enable'"),
+    ],
+)
+def test_the_lag_autoscaler_must_watch_the_normalizers_own_group_and_brokers(
+    prod_objects: Objects, contract: Contract, key: str, value: str | None, expected: str
+) -> None:
+    objects = copy.deepcopy(prod_objects)
+    metadata = find(objects, "ScaledObject", "cdc-normalizer")["spec"]["triggers"][0]["metadata"]
+    if value is None:
+        metadata.pop(key)
+    else:
+        metadata[key] = value
+    assert workload_problems(objects, contract) == [f"ScaledObject/cdc-normalizer: {expected}"]
+
+
+def test_the_lag_autoscaler_needs_its_target_and_its_credentials(
+    prod_objects: Objects, contract: Contract
+) -> None:
+    objects = [o for o in copy.deepcopy(prod_objects) if o["kind"] != "TriggerAuthentication"]
+    scaled = find(objects, "ScaledObject", "cdc-normalizer")
+    assert workload_problems(objects, contract) == [
+        "ScaledObject/cdc-normalizer: SASL needs a TriggerAuthentication; 'icefjord-kafka' "
+        "does not exist"
+    ]
+    scaled["spec"]["scaleTargetRef"]["kind"] = "Deployment"
+    assert workload_problems(objects, contract) == [
+        "ScaledObject/cdc-normalizer: scales Deployment/cdc-normalizer, which does not exist"
+    ]
+
+
+def test_the_keda_schemas_are_strict(root: Path, prod_objects: Objects) -> None:
+    scaled = copy.deepcopy(find(prod_objects, "ScaledObject", "cdc-normalizer"))
+    scaled["spec"]["triggers"][0]["metadata"]["allowIdleConsumers"] = False  # not a string
+    scaled["spec"]["triggers"][0]["metadata"]["lagTreshold"] = "10"  # a misspelt parameter
+    found = kubernetes.schema_messages(Context(root), scaled)
+    assert any("allowIdleConsumers" in m or "False is not of type" in m for m in found), found
+    assert any("lagTreshold" in m for m in found), found
+    assert (
+        kubernetes.schema_messages(
+            Context(root), find(prod_objects, "TriggerAuthentication", "icefjord-kafka")
+        )
+        == []
+    )
 
 
 def test_committed_secrets_and_a_stale_executor_image_are_reported(
