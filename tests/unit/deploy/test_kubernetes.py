@@ -60,7 +60,10 @@ def test_overlays_differ_where_they_should(
     assert {o["metadata"].get("namespace") for o in dev if o["kind"] != "Namespace"} == {
         "icefjord-dev"
     }
-    assert find(prod_objects, "StatefulSet", "cdc-normalizer")["spec"]["replicas"] == 3
+    # prod: KEDA sets the normalizer's replicas from its lag; dev: one, no autoscaler.
+    assert find(prod_objects, "ScaledObject", "cdc-normalizer")["spec"]["maxReplicaCount"] == 6
+    assert "replicas" not in find(prod_objects, "StatefulSet", "cdc-normalizer")["spec"]
+    assert not any(o["kind"] == "ScaledObject" for o in dev)
     assert find(dev, "StatefulSet", "cdc-normalizer")["spec"]["replicas"] == 1
     # Only prod runs the writer's Spark on Kubernetes, with RBAC for its executors.
     assert any(o["kind"] == "Role" for o in prod_objects)
