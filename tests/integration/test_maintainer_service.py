@@ -9,11 +9,8 @@ rows while its files shrink.
 
 from __future__ import annotations
 
-import os
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -25,6 +22,7 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 from harness import Stack, free_port
+from process_support import maintainer_env, ready_process, request_maintenance
 from prometheus_client import CollectorRegistry, generate_latest
 from typer.testing import CliRunner
 
@@ -276,52 +274,9 @@ def test_the_service_process_answers_and_stops_on_sigterm(
         ).append()
     control = topic_factory("control", partitions=1)
     port = free_port()
-    env = {
-        **os.environ,
-        "ICEFJORD_MAINTAINER_KAFKA__BOOTSTRAP_SERVERS": stack.kafka.bootstrap_servers,
-        "ICEFJORD_MAINTAINER_REGISTRY__URL": stack.registry.url,
-        "ICEFJORD_MAINTAINER_CONTROL_TOPIC": control,
-        "ICEFJORD_MAINTAINER_CATALOG__NAME": stack.catalog.name,
-        "ICEFJORD_MAINTAINER_CATALOG__LOCAL_STATE_DIR": str(stack.catalog.local_state_dir),
-        "ICEFJORD_MAINTAINER_METRICS__HOST": "127.0.0.1",
-        "ICEFJORD_MAINTAINER_METRICS__PORT": str(port),
-        "ICEFJORD_MAINTAINER_GROUP_ID": f"maintainer-{uuid.uuid4().hex[:8]}",
-        "ICEFJORD_MAINTAINER_INCLUDE": rf"{re.escape(namespace)}\..+",
-        "ICEFJORD_MAINTAINER_SPARK__MASTER": "local[1]",
-        "ICEFJORD_MAINTAINER_LOG_FORMAT": "console",
-    }
-    log_path = tmp_path / "maintainer.log"
-    log_file = log_path.open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "services.maintainer"],
-        env=env,
-        stdout=log_file,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 240
-        while True:
-            assert process.poll() is None, log_path.read_text()[-3000:]
-            assert time.monotonic() < deadline, "never ready"
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            time.sleep(1)
-        publisher = ControlPublisher(
-            make_producer(stack.kafka), AvroCodec(make_registry_client(stack.registry)), control
-        )
-        request = MaintenanceRequest(
-            request_id="by-hand",
-            table=table,
-            action=MaintenanceAction.REWRITE_MANIFESTS,
-            reason="integration test",
-            requested_by="operator:test",
-        )
-        publisher.publish(ControlEvent.new(table, request, producer="test"))
-        publisher.flush()
+    env = maintainer_env(stack, control, port, namespace, "local[1]")
+    with ready_process("services.maintainer", env, tmp_path / "maintainer.log", port) as process:
+        request_maintenance(stack, control, table, MaintenanceAction.REWRITE_MANIFESTS, "by-hand")
         deadline = time.monotonic() + 180
         answer: MaintenanceResult | None = None
         while answer is None:
@@ -342,8 +297,3 @@ def test_the_service_process_answers_and_stops_on_sigterm(
         assert f'icefjord_table_snapshots{{table="{table}"}}' in text
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=120) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        log_file.close()

@@ -14,12 +14,10 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,19 +26,15 @@ import pyspark
 import pytest
 from changes_support import Event, assert_equal_to_model, change_schema, control_events
 from harness import Stack, free_port
+from process_support import maintainer_env, ready_process, request_maintenance
 from writer_support import producer_for
 
-from shared.avro import AvroCodec
-from shared.control import ControlPublisher
 from shared.events import (
-    ControlEvent,
     MaintenanceAction,
-    MaintenanceRequest,
     MaintenanceResult,
     MaintenanceStatus,
 )
-from shared.kafka import TopicRequest, ensure_topics, make_admin, make_producer
-from shared.registry import make_registry_client
+from shared.kafka import TopicRequest, ensure_topics, make_admin
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -125,41 +119,6 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
                 process.wait()
 
 
-@contextmanager
-def _service(
-    module: str, env: dict[str, str], log: Path, port: int
-) -> Iterator[subprocess.Popen[bytes]]:
-    """``python -m <module>`` with ``env``, ready (``/readyz``) before it is handed out."""
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", module],
-            env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", **env},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 240
-        while True:
-            assert process.poll() is None, log.read_text(errors="replace")[-4000:]
-            assert time.monotonic() < deadline, f"{module} never ready"
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            time.sleep(1)
-        yield process
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-
 def _ran_on_the_cluster(cluster: Cluster, name: str) -> dict[str, Any]:
     """The cluster's application called ``name``, which must have had executor cores."""
     apps = [a for a in cluster.applications() if a.get("name") == name]
@@ -204,6 +163,7 @@ def test_the_writers_merge_runs_on_the_cluster(
         "ICEFJORD_WRITER_SPARK__MASTER": spark_cluster.master,
         "ICEFJORD_WRITER_SPARK__CONF": EXECUTOR_CONF,
         "ICEFJORD_WRITER_LOG_FORMAT": "console",
+        "SPARK_LOCAL_IP": "127.0.0.1",
     }
     schema = change_schema(namespace, name)
     producer = producer_for(stack, topic)
@@ -211,7 +171,7 @@ def test_the_writers_merge_runs_on_the_cluster(
     changes = [Event(100 + k, "UPDATE", k, name=f"u{k}", amount="1.25") for k in range(1, 21)]
     changes += [Event(200 + k, "DELETE", k) for k in range(30, 36)]
     log = tmp_path / "writer.log"
-    with _service("services.iceberg_writer", env, log, port):
+    with ready_process("services.iceberg_writer", env, log, port):
         producer.send(schema, inserts)
         _wait_for(lambda: _equal(spark, table, inserts), 240, "the inserts never arrived")
         producer.send(schema, changes)
@@ -267,38 +227,20 @@ def test_the_maintainers_compaction_runs_on_the_cluster(
         ).append()
     control = topic_factory("control", partitions=1)
     port = free_port()
-    env = {
-        "ICEFJORD_MAINTAINER_KAFKA__BOOTSTRAP_SERVERS": stack.kafka.bootstrap_servers,
-        "ICEFJORD_MAINTAINER_REGISTRY__URL": stack.registry.url,
-        "ICEFJORD_MAINTAINER_CONTROL_TOPIC": control,
-        "ICEFJORD_MAINTAINER_CATALOG": stack.catalog.model_dump_json(),
-        "ICEFJORD_MAINTAINER_METRICS__HOST": "127.0.0.1",
-        "ICEFJORD_MAINTAINER_METRICS__PORT": str(port),
-        "ICEFJORD_MAINTAINER_GROUP_ID": f"maintainer-{uuid.uuid4().hex[:8]}",
-        "ICEFJORD_MAINTAINER_INCLUDE": rf"{re.escape(namespace)}\..+",
+    env = maintainer_env(stack, control, port, namespace, spark_cluster.master)
+    env |= {
         "ICEFJORD_MAINTAINER_WARM_UP": "false",
-        "ICEFJORD_MAINTAINER_SPARK__MASTER": spark_cluster.master,
         "ICEFJORD_MAINTAINER_SPARK__CONF": EXECUTOR_CONF,
-        "ICEFJORD_MAINTAINER_LOG_FORMAT": "console",
+        "SPARK_LOCAL_IP": "127.0.0.1",
     }
     log = tmp_path / "maintainer.log"
-    with _service("services.maintainer", env, log, port):
-        publisher = ControlPublisher(
-            make_producer(stack.kafka), AvroCodec(make_registry_client(stack.registry)), control
-        )
-        request = MaintenanceRequest(
-            request_id=f"cluster-{uuid.uuid4().hex[:8]}",
-            table=table,
-            action=MaintenanceAction.COMPACT_DATA_FILES,
-            reason="integration test",
-            requested_by="operator:test",
-        )
-        publisher.publish(ControlEvent.new(table, request, producer="test"))
-        publisher.flush()
+    with ready_process("services.maintainer", env, log, port):
+        request_id = f"cluster-{uuid.uuid4().hex[:8]}"
+        request_maintenance(stack, control, table, MaintenanceAction.COMPACT_DATA_FILES, request_id)
         answers: list[MaintenanceResult] = []
 
         def answered() -> bool:
-            found = _result(stack, control, request.request_id)
+            found = _result(stack, control, request_id)
             answers[:] = [found] if found is not None else []
             return bool(answers)
 
