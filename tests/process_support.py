@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -94,3 +95,95 @@ def ready_process(
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+def writer_env(stack: Stack, topic: str, group: str, port: int, **extra: str) -> dict[str, str]:
+    """The iceberg-writer's settings for one test: the change topic ``topic``, the consumer
+    group ``group`` (its control, dead-letter and quarantine topics named after it), metrics
+    on ``port``; ``extra`` adds ``ICEFJORD_WRITER_<NAME>`` settings."""
+    return {
+        "ICEFJORD_WRITER_KAFKA__BOOTSTRAP_SERVERS": stack.kafka.bootstrap_servers,
+        "ICEFJORD_WRITER_REGISTRY__URL": stack.registry.url,
+        "ICEFJORD_WRITER_CATALOG": stack.catalog.model_dump_json(),
+        "ICEFJORD_WRITER_TOPIC_PATTERN": f"^{re.escape(topic)}$",
+        "ICEFJORD_WRITER_GROUP_ID": group,
+        "ICEFJORD_WRITER_CONTROL_TOPIC": f"control-{group}",
+        "ICEFJORD_WRITER_DEAD_LETTER_TOPIC": f"dlq-{group}",
+        "ICEFJORD_WRITER_QUARANTINE_TOPIC": f"quarantine-{group}",
+        "ICEFJORD_WRITER_TOPIC_REPLICATION_FACTOR": "1",
+        "ICEFJORD_WRITER_METRICS__HOST": "127.0.0.1",
+        "ICEFJORD_WRITER_METRICS__PORT": str(port),
+        "ICEFJORD_WRITER_LOG_FORMAT": "console",
+        **{f"ICEFJORD_WRITER_{name.upper()}": value for name, value in extra.items()},
+    }
+
+
+class ServiceProcess:
+    """One instance of a service, ``python -m <module>``, that a test starts, kills with
+    SIGKILL and starts again; each start logs to a file of its own in ``logs``."""
+
+    def __init__(self, module: str, name: str, env: dict[str, str], port: int, logs: Path):
+        self.module = module
+        self.name = name
+        self.env = env
+        self.port = port
+        self.logs = logs
+        self.starts = 0
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log(self) -> Path:
+        return self.logs / f"{self.name}-{self.starts}.log"
+
+    def start(self) -> None:
+        self.starts += 1
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", self.module],
+                env={**os.environ, **self.env},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def ready(self) -> bool:
+        assert self.running(), self.tail()
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
+            return str(r.read().decode())
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def freeze(self) -> None:
+        """SIGSTOP: the process stops answering anyone, its group coordinator included."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+
+    def stop(self) -> int | None:
+        if self.process is None or self.process.poll() is not None:
+            return None if self.process is None else self.process.returncode
+        self.process.terminate()
+        try:
+            return self.process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            return None
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""

@@ -1,8 +1,8 @@
 """``python -m services.iceberg_writer``: run iceberg-writer until SIGTERM.
 
 Exit codes (``shared.service``): 0 after a requested stop, 1 on a fatal error (one log line
-says why), 2 when the settings are invalid (one line on stderr), 3 when a writer with a newer
-epoch took over.
+says why), 2 when the settings are invalid (one line on stderr), 3 when a writer of another consumer
+group claimed partitions of a table this one writes (``ownership.py``).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from services.iceberg_writer.data_consumer import DataConsumer
 from services.iceberg_writer.decoding import ChangeDecoder
 from services.iceberg_writer.diversions import Diversions
 from services.iceberg_writer.metrics import WriterMetrics
+from services.iceberg_writer.ownership import Owner
 from services.iceberg_writer.state import TableState
 from services.iceberg_writer.tables import FencedError, TableStore
 from services.iceberg_writer.writer import Writer
@@ -158,6 +159,7 @@ def wire_writer(
         published=view.commits_seen,
         metrics=metrics,
         epoch=epoch,
+        owner=Owner.new(settings.group_id, epoch),
         observer=observer,
     )
     decoder = ChangeDecoder(registry, codec)
@@ -171,7 +173,6 @@ def wire_writer(
         codec=codec,
         store=store,
         metrics=metrics,
-        epoch=epoch,
     )
     bulk = BulkLoads(
         tables=tables,

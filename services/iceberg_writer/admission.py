@@ -24,9 +24,9 @@ from services.iceberg_writer.control_view import ControlView
 from services.iceberg_writer.data_consumer import DataConsumer
 from services.iceberg_writer.decoding import ChangeDecoder
 from services.iceberg_writer.metrics import WriterMetrics
-from services.iceberg_writer.state import TableState
+from services.iceberg_writer.ownership import Owner, owner_key
+from services.iceberg_writer.state import TP, TableState
 from services.iceberg_writer.tables import (
-    EPOCH_PROPERTY,
     SCHEMA_ID_PROPERTY,
     SCHEMA_VERSION_PROPERTY,
     Checkpoint,
@@ -68,7 +68,9 @@ class TableCommits(Protocol):
 
     def commit(self, state: TableState) -> None: ...
 
-    def claim(self, state: TableState) -> None: ...
+    owner: Owner
+
+    def claim(self, state: TableState, partitions: list[TP]) -> None: ...
 
     def republish_if_missing(
         self, state: TableState, table: Table, checkpoint: Checkpoint
@@ -90,7 +92,6 @@ class SchemaAdmission:
         codec: AvroCodec,
         store: TableStore,
         metrics: WriterMetrics,
-        epoch: int,
     ) -> None:
         self._settings = settings
         self._control = control
@@ -101,7 +102,6 @@ class SchemaAdmission:
         self._codec = codec
         self._store = store
         self._metrics = metrics
-        self._epoch = epoch
 
     def admit(self, state: TableState, schema_id: int, topic: str) -> Admission:
         """Whether rows of ``schema_id`` are written now, wait, or go to quarantine. Creates
@@ -162,9 +162,10 @@ class SchemaAdmission:
             version = self._version_of(f"{topic}-value", schema_id)
         except Exception as exc:
             log.warning("schema version lookup failed", extra={"error": str(exc)})
-        # The version and this writer's claim go into the CREATE: two metadata commits
+        # The version and this instance's claims go into the CREATE: two metadata commits
         # fewer on the way to a new table's first rows.
-        properties = {EPOCH_PROPERTY: str(self._epoch)}
+        owner = self._committer.owner
+        properties = owner.claims(p for _, p in state.owned)
         if version:
             properties[SCHEMA_VERSION_PROPERTY] = str(version)
         created = self._store.create(state.name, raw, schema_id, properties)
@@ -189,9 +190,10 @@ class SchemaAdmission:
         committed = dict(state.committed)
         self.load(state)
         state.committed = committed or state.committed
-        if created.properties.get(EPOCH_PROPERTY) == str(self._epoch):
-            state.claimed = True
-        self._committer.claim(state)
+        mine = {tp for tp in state.owned if created.properties.get(owner_key(tp[1])) == owner.token}
+        state.claimed.update(mine)
+        # Made by another instance sharing the table: claimed now, offsets read after.
+        self._committer.claim(state, sorted(state.owned - mine))
 
     def _version_of(self, subject: str, schema_id: int) -> int:
         """The version of ``subject`` registered with ``schema_id`` (0: none has it).
@@ -210,7 +212,6 @@ class SchemaAdmission:
     def _evolve(self, state: TableState, plan: SchemaChange) -> None:
         if state.pending:
             self._committer.commit(state)  # rows of the old schema go in under the old schema
-        self._committer.claim(state)
         self._store.apply_schema_change(state.name, plan)
         committed = dict(state.committed)
         self.load(state)

@@ -3,7 +3,8 @@ appended as one snapshot before them.
 
 A table is held from its newest BulkLoad event (PLANNED or READY) until that load's copy is
 in the table; a held table reads on until one full batch waits, then pauses. A READY copy is
-appended with the table's unchanged offsets and a CommitDone, like any commit.
+appended with the table's unchanged offsets and a CommitDone, like any commit, by the writer
+instance that owns partition 0 of the table's changes (when several share it).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from services.iceberg_writer.tables import (
     TRUNCATED_AT,
     WATERMARK,
     TableStore,
-    checkpoint_of,
+    commit_in,
     encode_offsets,
 )
 from shared.events import BulkLoad, BulkLoadStatus
@@ -43,6 +44,7 @@ from shared.lease import leased
 log = logging.getLogger("services.iceberg_writer")
 
 COPY_POSITION = "0" * 20  # a bulk copy's rows: before every change of the stream they precede
+COPY_LOOK_S = 2.0  # how often an instance that does not commit a copy looks for it
 
 
 def copy_committed(table: Table, load_id: str) -> bool:
@@ -147,6 +149,18 @@ class BulkLoads:
             if released:
                 self.release(state)
 
+    def _copied_by_another(self, state: TableState, load: BulkLoad) -> bool:
+        """Whether the copy is in the table, for an instance that does not commit it: when
+        instances share a table, the one that owns its partition 0 commits the copy (two
+        would append it twice), and the others release their held changes once it is in.
+        Looked at every ``COPY_LOOK_S`` at most."""
+        now = time.monotonic()
+        if now - state.bulk_looked_at < COPY_LOOK_S:
+            return False
+        state.bulk_looked_at = now
+        table = self._store.load(state.name)
+        return table is not None and copy_committed(table, load.load_id)
+
     def commit_copy(self, state: TableState, load: BulkLoad) -> bool:
         """Append the copy of ``load`` as one snapshot (its load id, the table's unchanged
         offsets and a CommitDone, like any commit). True: the load is done and the table's
@@ -163,12 +177,13 @@ class BulkLoads:
             return True
         if not files:
             return True
-        self._committer.claim(state)
-        self._store.check_epoch(state.name, self._epoch)
+        if (state.topic, 0) not in state.owned:
+            return self._copied_by_another(state, load)
         table = self._store.load(state.name)
         assert table is not None
         if copy_committed(table, load.load_id):
             return True
+        self._committer.check_claims(state, table)
         if leased(table.properties, int(time.time() * 1000)):
             self._metrics.lease_deferrals.labels(state.name).inc()
             return False
@@ -178,7 +193,9 @@ class BulkLoads:
         )
         commit_id = str(uuid.uuid4())
         summary = {
-            OFFSETS: encode_offsets(state.committed),
+            OFFSETS: encode_offsets(
+                {tp: n for tp, n in state.committed.items() if tp in state.claimed}
+            ),
             COMMIT_ID: commit_id,
             EPOCH: str(self._epoch),
             WATERMARK: str(source_ms),
@@ -236,8 +253,8 @@ class BulkLoads:
                 "seconds": round(result.seconds, 3),
             },
         )
-        checkpoint = checkpoint_of(committed_table)
-        if checkpoint is not None and checkpoint.commit_id == commit_id:
+        checkpoint = commit_in(committed_table, commit_id)
+        if checkpoint is not None:
             self._committer.publish(
                 state, committed_table, checkpoint, result.seconds, None, (rows, 0, 0), result.path
             )

@@ -1,10 +1,10 @@
 """The committer: a table's pending changes in as one Iceberg snapshot, then its CommitDone.
 
-Each commit claims the table for this writer's epoch, checks the fence, waits while the
-maintainer's compaction lease holds a path that must wait, picks the write path, retries a
-conflicting commit a bounded number of times, records offsets, commit id, epoch and
-watermark in the snapshot summary, and publishes CommitDone (again on restart when a crash
-came between the two).
+Each commit checks that this instance still owns the partitions it records
+(``ownership.py``), waits while the maintainer's compaction lease holds a path that must
+wait, picks the write path, retries a conflicting commit a bounded number of times, records
+its partitions' offsets, commit id, epoch and watermark in the snapshot summary, and
+publishes CommitDone (again on restart when a crash came between the two).
 """
 
 from __future__ import annotations
@@ -24,7 +24,13 @@ from services.iceberg_writer.apply import BatchWriter, CommitConflictError, arro
 from services.iceberg_writer.changes import BatchPlan, Op, Path, PositionBounds, plan_batch
 from services.iceberg_writer.config import WriterSettings
 from services.iceberg_writer.metrics import WriterMetrics
-from services.iceberg_writer.state import TableState, holds_no_rows
+from services.iceberg_writer.ownership import (
+    OvertakenError,
+    Owner,
+    PartitionsMovedError,
+    lost_claims,
+)
+from services.iceberg_writer.state import TP, TableState, holds_no_rows
 from services.iceberg_writer.tables import (
     COMMIT_ID,
     EPOCH,
@@ -32,11 +38,14 @@ from services.iceberg_writer.tables import (
     TRUNCATED_AT,
     WATERMARK,
     Checkpoint,
+    FencedError,
     TableStore,
     checkpoint_of,
+    commit_in,
     encode_offsets,
     position_ceiling,
     position_floor,
+    recorded_since,
     writes_own_files,
 )
 from shared.errors import FatalError, RetryableError
@@ -133,6 +142,7 @@ class Committer:
         published: PublishedCommits,
         metrics: WriterMetrics,
         epoch: int,
+        owner: Owner,
         observer: CommitObserver | None = None,
     ) -> None:
         self.settings = settings
@@ -143,6 +153,7 @@ class Committer:
         self._published = published
         self.metrics = metrics
         self.epoch = epoch
+        self.owner = owner
         self._observer = observer
         self.pool = CommitPool(settings.commit_parallelism)
         self.commits = 0
@@ -152,11 +163,91 @@ class Committer:
         """Commit several tables, ``commit_parallelism`` at a time (:class:`CommitPool`)."""
         self.pool.commit_all(self.commit, states)
 
-    def claim(self, state: TableState) -> None:
-        """Claim the table for this writer's epoch, once."""
-        if not state.claimed:
-            self._store.claim(state.name, self.epoch)
-            state.claimed = True
+    def claim(self, state: TableState, partitions: list[TP]) -> None:
+        """Claim ``partitions`` of the table for this instance, then read their offsets
+        from the table (``ownership.py``: in this order, so that no commit of a previous
+        owner lands behind the offsets read). A table not made yet is claimed when it is
+        made (``SchemaAdmission``)."""
+        if state.table is None or not partitions:
+            return
+        self._store.set_properties(state.name, self.owner.claims(p for _, p in partitions))
+        table = self._store.load(state.name)
+        if table is None:
+            return
+        state.table = table
+        checkpoint = checkpoint_of(table)
+        for tp in partitions:
+            stored = checkpoint.offsets.get(tp) if checkpoint is not None else None
+            if stored is None:
+                state.committed.pop(tp, None)
+            else:
+                state.committed[tp] = stored
+        if checkpoint is not None and (checkpoint.truncated_at or "") > (state.truncated_at or ""):
+            state.truncated_at = checkpoint.truncated_at
+        state.claimed.update(partitions)
+        if state.seen_snapshot is None:
+            current = table.current_snapshot()
+            state.seen_snapshot = current.snapshot_id if current is not None else None
+        log.info(
+            "partitions claimed",
+            extra={"table": state.name, "partitions": sorted(p for _, p in partitions)},
+        )
+
+    def check_claims(self, state: TableState, table: Table) -> None:
+        """Raise unless this instance still owns every partition it would record: a
+        partition claimed by another instance of its group moved in a rebalance not seen
+        yet (retryable: the writer drops it and rejoins); one claimed by another group's
+        writer fences this one. Also takes a newer truncate another instance recorded in
+        the table's current snapshot (every commit repeats its writer's newest)."""
+        lost = lost_claims(table.properties, [p for _, p in state.claimed], self.owner)
+        if lost.taken:
+            raise FencedError(
+                f"partitions of {state.name} are claimed by another writer group: "
+                + ", ".join(f"{p} by {token}" for p, token in sorted(lost.taken.items()))
+            )
+        if lost.moved:
+            raise PartitionsMovedError(
+                f"partitions {list(lost.moved)} of {state.name} moved to another instance"
+            )
+        snapshot = table.current_snapshot()
+        summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
+        truncated_at = summary.get(TRUNCATED_AT)
+        if truncated_at and truncated_at > (state.truncated_at or ""):
+            state.truncated_at = truncated_at
+        self._check_overtaken(state, table)
+
+    def _check_overtaken(self, state: TableState, table: Table) -> None:
+        """Raise :class:`OvertakenError` when a commit since the last look recorded a
+        partition this instance claimed beyond the offset it holds for it (offsets only grow,
+        so that commit applied changes this one holds as uncommitted)."""
+        ahead: dict[TP, int] = {}
+        for _, offsets in recorded_since(table, state.seen_snapshot):
+            for tp, offset in offsets.items():
+                if tp in state.claimed and tp not in ahead and offset > state.committed.get(tp, -1):
+                    ahead[tp] = offset
+        current = table.current_snapshot()
+        state.seen_snapshot = current.snapshot_id if current is not None else None
+        if ahead:
+            state.committed.update(ahead)
+            log.warning(
+                "partitions committed by their previous owner after the claim, reading on",
+                extra={"table": state.name, "offsets": {p: n for (_, p), n in ahead.items()}},
+            )
+            raise OvertakenError(
+                f"partitions {sorted(p for _, p in ahead)} of {state.name} were committed "
+                "further by another instance"
+            )
+
+    def recorded(self, state: TableState) -> dict[TP, int]:
+        """The offsets a commit records: those of the partitions this instance owns and
+        has claimed, each the next to read (consumed) or, with nothing consumed since, the
+        table's."""
+        offsets: dict[TP, int] = {}
+        for tp in state.claimed:
+            offset = state.consumed.get(tp, state.committed.get(tp))
+            if offset is not None:
+                offsets[tp] = offset
+        return offsets
 
     def commit(self, state: TableState) -> None:
         """Commit the table's pending changes as one snapshot, then publish CommitDone. A
@@ -165,14 +256,13 @@ class Committer:
             return
         if self._flush_diversions(30) > 0:
             raise RetryableError("quarantine/dead-letter records not acknowledged")
-        self.claim(state)
-        self._store.check_epoch(state.name, self.epoch)
         table = self._store.load(state.name)
         assert table is not None
+        self.check_claims(state, table)
         if not self.may_pass_lease(table) and self.lease_holds(state, table):
             return  # every batch would take a path that waits: no planning under the lease
         plan = plan_batch(state.name, state.pending, state.truncated_at)
-        offsets = {**state.committed, **state.consumed}
+        offsets = self.recorded(state)
         watermark = max(c.source_ts_ms for c in state.pending)
         commit_id = str(uuid.uuid4())
         summary = {
@@ -201,7 +291,7 @@ class Committer:
         self.metrics.commit_duration.labels(state.name).observe(seconds)
         self.metrics.commits.labels(state.name, path.value).inc()
         self.metrics.last_commit.labels(state.name).set(time.time())
-        state.committed = offsets
+        state.committed.update(offsets)
         if state.bounds is not None:
             state.bounds.record(state.pending)
         if plan.truncate_position is not None:
@@ -211,7 +301,9 @@ class Committer:
         with self._commits_lock:
             self.commits += 1
             commits = self.commits
-        checkpoint = checkpoint_of(committed_table)
+        checkpoint = commit_in(committed_table, commit_id)
+        if checkpoint is not None:
+            state.seen_snapshot = checkpoint.snapshot_id
         log.info(
             "committed",
             extra={
@@ -223,7 +315,7 @@ class Committer:
         )
         if self._observer is not None:
             self._observer.committed(state.name, freshness, commits)
-        if checkpoint is not None and checkpoint.commit_id == commit_id:
+        if checkpoint is not None:
             updated = sum(1 for c in plan.upserts if c.op is Op.UPDATE)
             counts = (len(plan.upserts) - updated, updated, len(plan.deletes))
             self.publish(state, committed_table, checkpoint, seconds, freshness, counts, path)
@@ -268,8 +360,8 @@ class Committer:
                     "commit conflict, retrying", extra={"table": state.name, "attempt": attempt}
                 )
                 time.sleep(min(5.0, 0.2 * 2**attempt))
-                self._store.check_epoch(state.name, self.epoch)
                 table = self._store.load(state.name) or table
+                self.check_claims(state, table)
 
     def may_pass_lease(self, table: Table) -> bool:
         """Whether a batch for ``table`` can take a path that goes ahead under a compaction

@@ -28,6 +28,7 @@ class DataConsumer:
         self.membership = GroupMembership()
         self._paused = paused
         self._new_consumer = new_consumer  # replaces a consumer that fell out of its group
+        self._rejoin = False
 
     def assigned(self, state: TableState) -> list[TopicPartition]:
         """The partitions of ``state``'s topic assigned to this consumer."""
@@ -57,15 +58,35 @@ class DataConsumer:
     def lost(self) -> bool:
         """Whether the consumer has been out of its group too long and can be replaced
         (``shared.kafka.GroupMembership``)."""
-        return self._new_consumer is not None and self.membership.lost(self.consumer)
+        if self._new_consumer is None:
+            return False
+        return self._rejoin or self.membership.lost(self.consumer)
+
+    def rejoin(self) -> None:
+        """Have the consumer replaced at the next round: another instance claimed
+        partitions it holds, so its view of the group is stale (``ownership.py``)."""
+        self._rejoin = True
+
+    def commit_offsets(self, offsets: dict[tuple[str, int], int]) -> None:
+        """Commit ``offsets`` to the group without waiting (for its lag, never read back).
+        A failure (a rebalance in progress, the broker away) is left to the next commit."""
+        partitions = [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
+        try:
+            self.consumer.commit(offsets=partitions, asynchronous=True)
+        except Exception as exc:
+            log.debug("group offsets not committed", extra={"error": str(exc)})
 
     def replace(self) -> None:
         """Close the consumer and take a new one (not subscribed yet)."""
         assert self._new_consumer is not None
-        log.warning(
-            "data consumer out of its group, subscribing a new one",
-            extra={"after_s": self.membership.limit_s},
-        )
+        if self._rejoin:
+            log.warning("partitions moved to another instance, rejoining the group")
+        else:
+            log.warning(
+                "data consumer out of its group, subscribing a new one",
+                extra={"after_s": self.membership.limit_s},
+            )
+        self._rejoin = False
         self.membership.reset()
         try:
             self.consumer.close()

@@ -43,7 +43,8 @@ class TableState:
     committed: dict[TP, int] = field(default_factory=dict)
     checkpoint: Checkpoint | None = None
     flush: bool = False  # an operator's FLUSH waits for the changes held now
-    claimed: bool = False
+    owned: set[TP] = field(default_factory=set)  # assigned to this instance
+    claimed: set[TP] = field(default_factory=set)  # owned, claimed and its offset read since
     waits: dict[TP, tuple[int, int, float]] = field(default_factory=dict)  # offset, id, since
     expired_ids: set[int] = field(default_factory=set)
     truncated_at: str | None = None
@@ -51,7 +52,9 @@ class TableState:
     bulk_paused: bool = False  # its partitions paused because the held batch is full
     control_synced: bool = False  # the control topic was read to its end before a commit
     bulk_warned_at: float = 0.0
+    bulk_looked_at: float = 0.0  # when another instance's copy was last looked for
     bounds: PositionBounds | None = None  # for the upsert path; None: to be read afresh
+    seen_snapshot: int | None = None  # the newest snapshot checked for others' commits
 
 
 def holds_no_rows(table: Table) -> bool:

@@ -8,6 +8,7 @@ metadata. Identifiers reach SQL only through :func:`quote`, after validation.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ from pyspark.sql import SparkSession
 from services.iceberg_writer.files import writable_scheme
 from services.iceberg_writer.partitions import supported_spec
 from services.iceberg_writer.types import MetadataColumns, table_schema, type_from_json
-from shared.errors import IcefjordError
+from shared.errors import IcefjordError, warehouse_unavailable
 from shared.events import SchemaChange, SchemaOperationKind
 
 OFFSETS = "icefjord.offsets"
@@ -50,7 +51,6 @@ EPOCH = "icefjord.writer-epoch"
 WATERMARK = "icefjord.watermark-ms"
 TRUNCATED_AT = "icefjord.truncated-at"
 BULK_LOAD_ID = "icefjord.bulk-load-id"
-EPOCH_PROPERTY = "icefjord.writer.epoch"
 SCHEMA_ID_PROPERTY = "icefjord.schema.id"
 SCHEMA_IDS_PROPERTY = "icefjord.schema.ids"
 SCHEMA_VERSION_PROPERTY = "icefjord.schema.version"
@@ -77,6 +77,8 @@ DEFAULT_PROPERTIES: Mapping[str, str] = {
     "commit.retry.num-retries": "6",
 }
 
+log = logging.getLogger("services.iceberg_writer")
+
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _PARTITION = re.compile(
     r"^(?:(?P<fn>identity|years|months|days|hours)\((?P<col>[A-Za-z_][A-Za-z0-9_]*)\)"
@@ -86,7 +88,8 @@ _PARTITION = re.compile(
 
 
 class FencedError(IcefjordError, RuntimeError):
-    """A writer with a newer epoch owns the table; this one must stop."""
+    """A writer of another consumer group claimed partitions of a table this one writes
+    (``ownership.py``): two deployments write one table, and the older one must stop."""
 
 
 def quote(name: str) -> str:
@@ -186,9 +189,11 @@ def decode_offsets(text: str) -> dict[tuple[str, int], int]:
 def checkpoint_of(table: Table) -> Checkpoint | None:
     """Walk back from the current snapshot to the newest one a writer commit made.
 
-    Maintenance commits (compaction, expiry) carry no offsets and are stepped over. Offsets of
-    partitions missing from the newest writer commit are taken from older ones, so writers
-    that each saw a subset of partitions still resume every partition.
+    Maintenance commits (compaction, expiry) carry no offsets and are stepped over. Each
+    partition's offset comes from the newest commit that carries it: writer instances that
+    share a table each record only the partitions they own (``ownership.py``). The truncate
+    position is the highest any commit recorded: an instance that had not seen another's
+    truncate repeats an older one.
     """
     snapshot = table.current_snapshot()
     newest: Checkpoint | None = None
@@ -196,7 +201,7 @@ def checkpoint_of(table: Table) -> Checkpoint | None:
     truncated_at: str | None = None
     while snapshot is not None:
         summary = snapshot.summary.additional_properties if snapshot.summary else {}
-        if truncated_at is None and TRUNCATED_AT in summary:
+        if summary.get(TRUNCATED_AT) and summary[TRUNCATED_AT] > (truncated_at or ""):
             truncated_at = summary[TRUNCATED_AT]
         if OFFSETS in summary:
             for tp, n in decode_offsets(summary[OFFSETS]).items():
@@ -222,6 +227,43 @@ def checkpoint_of(table: Table) -> Checkpoint | None:
         offsets,
         truncated_at,
     )
+
+
+def commit_in(table: Table, commit_id: str) -> Checkpoint | None:
+    """The writer commit ``commit_id`` in ``table``'s history, walking back from the current
+    snapshot (a commit just made is the current one or a few back, when instances sharing
+    the table committed after it), with the offsets it recorded."""
+    snapshot = table.current_snapshot()
+    while snapshot is not None:
+        summary = snapshot.summary.additional_properties if snapshot.summary else {}
+        if summary.get(COMMIT_ID) == commit_id and OFFSETS in summary:
+            return Checkpoint(
+                snapshot_id=snapshot.snapshot_id,
+                commit_id=commit_id,
+                epoch=int(summary.get(EPOCH, "0")),
+                watermark_ms=int(summary[WATERMARK]) if WATERMARK in summary else None,
+                offsets=decode_offsets(summary[OFFSETS]),
+                truncated_at=summary.get(TRUNCATED_AT),
+            )
+        if snapshot.parent_snapshot_id is None:
+            return None
+        snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id)
+    return None
+
+
+def recorded_since(
+    table: Table, snapshot_id: int | None
+) -> Iterator[tuple[int, dict[tuple[str, int], int]]]:
+    """Each writer commit after ``snapshot_id`` (None, or a snapshot no longer in the
+    history: all of them), newest first: its snapshot id and the offsets it recorded."""
+    snapshot = table.current_snapshot()
+    while snapshot is not None and snapshot.snapshot_id != snapshot_id:
+        summary = snapshot.summary.additional_properties if snapshot.summary else {}
+        if OFFSETS in summary:
+            yield snapshot.snapshot_id, decode_offsets(summary[OFFSETS])
+        if snapshot.parent_snapshot_id is None:
+            return
+        snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id)
 
 
 def live_data_files(table: Table) -> Iterator[DataFile]:
@@ -380,23 +422,36 @@ class TableStore:
         )
         self._spark.sql(f"ALTER TABLE {self.sql_name(table)} SET TBLPROPERTIES ({props})")
 
-    def claim(self, table: str, epoch: int) -> None:
-        """Record ``epoch`` as the table's owner; FencedError if a newer writer owns it."""
-        self.check_epoch(table, epoch)
-        self.set_properties(table, {EPOCH_PROPERTY: str(epoch)})
-
-    def check_epoch(self, table: str, epoch: int) -> None:
-        loaded = self.load(table)
-        if loaded is None:
-            return
-        owner = int(loaded.properties.get(EPOCH_PROPERTY, "0"))
-        if owner > epoch:
-            raise FencedError(
-                f"table {table} is owned by writer epoch {owner}; this writer has epoch {epoch}"
-            )
-
     def apply_schema_change(self, table: str, change: SchemaChange) -> None:
-        """Apply an APPLY plan's operations, idempotently, then record the schema id."""
+        """Apply an APPLY plan's operations, idempotently, then record the schema id.
+
+        Writer instances that share a table each apply the plan; one whose ALTER lost to
+        another's (the column was added in between) reads the table again and skips what
+        is done."""
+        try:
+            loaded = self._apply_operations(table, change)
+        except Exception as exc:
+            if warehouse_unavailable(exc):
+                raise
+            log.info(
+                "schema change raced another writer's, applying again",
+                extra={"table": table, "error": str(exc)[:300]},
+            )
+            loaded = self._apply_operations(table, change)
+        ids = loaded.properties.get(SCHEMA_IDS_PROPERTY, "")
+        known = [i for i in ids.split(",") if i]
+        if str(change.to_schema_id) not in known:
+            known.append(str(change.to_schema_id))
+        self.set_properties(
+            table,
+            {
+                SCHEMA_ID_PROPERTY: str(change.to_schema_id),
+                SCHEMA_IDS_PROPERTY: ",".join(known),
+                SCHEMA_VERSION_PROPERTY: str(change.to_version),
+            },
+        )
+
+    def _apply_operations(self, table: str, change: SchemaChange) -> Table:
         loaded = self.load(table)
         assert loaded is not None
         target = self.sql_name(table)
@@ -432,18 +487,7 @@ class TableStore:
                     f"ALTER TABLE {target} RENAME COLUMN {path} TO {quote(op.new_name)}"
                 )
             loaded = self.load(table) or loaded
-        ids = loaded.properties.get(SCHEMA_IDS_PROPERTY, "")
-        known = [i for i in ids.split(",") if i]
-        if str(change.to_schema_id) not in known:
-            known.append(str(change.to_schema_id))
-        self.set_properties(
-            table,
-            {
-                SCHEMA_ID_PROPERTY: str(change.to_schema_id),
-                SCHEMA_IDS_PROPERTY: ",".join(known),
-                SCHEMA_VERSION_PROPERTY: str(change.to_version),
-            },
-        )
+        return loaded
 
 
 def applied_schema_ids(table: Table) -> tuple[int, tuple[int, ...]]:

@@ -39,6 +39,7 @@ from services.iceberg_writer.config import WriterSettings
 from services.iceberg_writer.control_view import ControlListener
 from services.iceberg_writer.decoding import DECODED
 from services.iceberg_writer.metrics import WriterMetrics
+from services.iceberg_writer.ownership import PartitionsMovedError
 from services.iceberg_writer.state import TableState, table_of
 from services.iceberg_writer.tables import DEFAULT_PROPERTIES, TableStore
 from shared.avro import WireFormatError, split_header
@@ -99,7 +100,11 @@ class Partitions(Protocol):
 
     def lost(self) -> bool: ...
 
+    def rejoin(self) -> None: ...
+
     def replace(self) -> None: ...
+
+    def commit_offsets(self, offsets: dict[tuple[str, int], int]) -> None: ...
 
 
 class Control(Protocol):
@@ -181,6 +186,8 @@ class Commits(Protocol):
 
     def commit_all(self, states: list[TableState]) -> None: ...
 
+    def claim(self, state: TableState, partitions: list[tuple[str, int]]) -> None: ...
+
 
 class Writer:
     """The loop: the tables' states, the data consumer's assignment and each round's order.
@@ -260,6 +267,8 @@ class Writer:
         for state in self.tables.values():
             state.bounds = None
             state.bulk_paused = False
+            state.owned.clear()
+            state.claimed.clear()
         self.partitions.replace()
         self._subscribe()
 
@@ -333,23 +342,36 @@ class Writer:
         return state
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        topics: dict[str, list[TopicPartition]] = {}
         for tp in partitions:
+            topics.setdefault(tp.topic, []).append(tp)
+        for topic, assigned in topics.items():
+            keys = [(tp.topic, tp.partition) for tp in assigned]
             try:
-                state = self._state(tp.topic)
+                state = self._state(topic)
+                state.owned.update(keys)
+                # Claimed before their offsets are read (ownership.py).
+                self.committer.claim(state, keys)
             except Exception as exc:
                 if not warehouse_unavailable(exc):
                     raise
-                # Assigned all the same: its records load the table when they come, and what
-                # its checkpoint holds is then read past (_on_message).
+                # Assigned all the same: its records load and claim the table when they come,
+                # and what its checkpoint holds is then read past (_on_message).
                 log.warning(
                     "table not loaded at assignment: the warehouse is unreachable",
-                    extra={"topic": tp.topic, "error": str(exc)[:300]},
+                    extra={"topic": topic, "error": str(exc)[:300]},
                 )
-                tp.offset = OFFSET_BEGINNING
+                held = self.tables.get(table_of(topic))
+                if held is not None:
+                    held.owned.update(keys)
+                for tp in assigned:
+                    tp.offset = OFFSET_BEGINNING
                 continue
-            stored = state.committed.get((tp.topic, tp.partition))
-            tp.offset = stored if stored is not None else OFFSET_BEGINNING
-            state.consumed[(tp.topic, tp.partition)] = stored or 0
+            for tp in assigned:
+                key = (tp.topic, tp.partition)
+                stored = state.committed.get(key) if key in state.claimed else None
+                tp.offset = stored if stored is not None else OFFSET_BEGINNING
+                state.consumed[key] = stored or 0
             state.bounds = None  # keys may have moved between partitions
         consumer.assign(partitions)
         paused = [tp for tp in partitions if self.commands.is_paused(table_of(tp.topic))]
@@ -368,6 +390,8 @@ class Writer:
             state.pending = [c for c in state.pending if (c.topic, c.partition) != key]
             state.consumed.pop(key, None)
             state.waits.pop(key, None)
+            state.owned.discard(key)
+            state.claimed.discard(key)
             state.bounds = None
             if not state.pending:
                 state.clock.first_at = None
@@ -384,6 +408,12 @@ class Writer:
         """
         try:
             waiting_for_warehouse(self._step)()
+        except PartitionsMovedError:
+            # Another instance claimed partitions this one holds: a rebalance it has not
+            # seen. Its view of the group is stale, so it rejoins (ownership.py).
+            self.rewind()
+            self.partitions.rejoin()
+            raise
         except RetryableError:
             self.rewind()
             raise
@@ -393,7 +423,10 @@ class Writer:
         self._drop_uncommitted()
         for tp in self._data.assignment():
             held = self.tables.get(table_of(tp.topic))
-            stored = held.committed.get((tp.topic, tp.partition)) if held else None
+            key = (tp.topic, tp.partition)
+            # A partition not claimed yet may hold an older owner's offset: from the start,
+            # and read past its checkpoint once claimed (_on_message).
+            stored = held.committed.get(key) if held and key in held.claimed else None
             offset = stored if stored is not None else OFFSET_BEGINNING
             try:
                 self.partitions.seek(TopicPartition(tp.topic, tp.partition, offset))
@@ -443,6 +476,8 @@ class Writer:
         if due:
             take_waiting(self._data, due, self._on_message)
         self.committer.commit_all(due)
+        if due:
+            self._commit_group_offsets(due)
         self.commands.flushed()
         if now - self._last_lag > 5:
             self._update_lag()
@@ -459,6 +494,9 @@ class Writer:
         tp = (topic, partition)
         if tp in state.waits:
             return  # fetched before the pause took effect; read again on resume
+        if tp not in state.claimed and state.table is not None:
+            state.owned.add(tp)
+            self.committer.claim(state, [tp])  # then read past what its checkpoint holds
         checkpoint = state.committed.get(tp)
         if checkpoint is not None and offset < checkpoint:
             # In the table already: the partition was assigned or rewound before the table's
@@ -497,6 +535,20 @@ class Writer:
             counter = self.metrics.changes_received.labels(state.name, change.op.value)
             self._received[(state.name, change.op)] = counter
         counter.inc()
+
+    def _commit_group_offsets(self, states: list[TableState]) -> None:
+        """Tell the consumer group how far the tables hold the changes of these tables'
+        partitions. The writer never reads these offsets back (a table's own checkpoint
+        says where to resume); they make the group's lag true for ``kafka-consumer-groups``
+        and for an autoscaler watching it (KEDA, ``deploy/k8s``)."""
+        offsets = {
+            tp: state.committed[tp]
+            for state in states
+            for tp in state.claimed
+            if tp in state.committed
+        }
+        if offsets:
+            self.partitions.commit_offsets(offsets)
 
     # -- stop and progress ----------------------------------------------------------------
 

@@ -16,9 +16,10 @@ so the rewrite does not start from a snapshot that commit is about to invalidate
 rewrites a partitioned table one partition per lease, handing the table back to the writer
 between two (:meth:`MaintenanceExecutor._hand_over`), so the writer's held commit waits for
 one partition instead of the whole table.
-Expiry keeps the latest snapshot carrying ``icefjord.offsets``: the cutoff is clamped to
-that snapshot's commit time (Iceberg expires only snapshots strictly older), read from a
-fresh inspection just before the call, and checked again after it.
+Expiry keeps every snapshot the writer resumes from (for each partition, the latest
+snapshot carrying its offset in ``icefjord.offsets``; one snapshot with one writer): the
+cutoff is clamped to the oldest one's commit time (Iceberg expires only snapshots strictly
+older), read from a fresh inspection just before the call, and checked again after it.
 """
 
 from __future__ import annotations
@@ -32,7 +33,12 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
-from services.maintainer.health import FileContent, TableInspection, compute_health
+from services.maintainer.health import (
+    FileContent,
+    TableInspection,
+    compute_health,
+    resume_snapshots,
+)
 from services.maintainer.identifiers import (
     MalformedFilterError,
     PartitionFilter,
@@ -528,27 +534,28 @@ class MaintenanceExecutor:
             else now_ms - int(policy.expire_max_age_s * 1000)
         )
         retain_last = int(checked.options.get("retain_last", policy.expire_retain_last))
-        protected = [s for s in before.snapshots if s.carries_offsets]
-        newest = max(protected, key=lambda s: (s.committed_at_ms, s.snapshot_id), default=None)
+        protected = resume_snapshots(before.snapshots)
+        oldest = protected[0] if protected else None
         note = ""
-        if newest is not None and newest.committed_at_ms < cutoff:
-            cutoff = newest.committed_at_ms
-            note = f"; cutoff held at offsets snapshot {newest.snapshot_id}"
+        if oldest is not None and oldest.committed_at_ms < cutoff:
+            cutoff = oldest.committed_at_ms
+            note = f"; cutoff held at offsets snapshot {oldest.snapshot_id}"
         outcome = self._attempts(
             lambda: expire_snapshots_sql(self._catalog, checked.table, cutoff, retain_last)
         )
         after = self._inspector.inspect(checked.table)
         survivors = {s.snapshot_id for s in after.snapshots}
-        if newest is not None and newest.snapshot_id not in survivors:
+        gone = [s.snapshot_id for s in protected if s.snapshot_id not in survivors]
+        if gone:
             log.error(
                 "ALERT offsets snapshot expired",
-                extra={"table": str(checked.table), "snapshot_id": newest.snapshot_id},
+                extra={"table": str(checked.table), "snapshot_id": gone[0]},
             )
             return result(
                 Status.FAILED,
                 files_before=len(before.snapshots),
                 files_after=len(after.snapshots),
-                error=f"the offsets snapshot {newest.snapshot_id} is gone after expiry",
+                error=f"the offsets snapshot {gone[0]} is gone after expiry",
             )
         removed = len(before.snapshots) - len(after.snapshots)
         deleted = sum(v for k, v in outcome.counters.items() if k.startswith("deleted_"))

@@ -98,6 +98,31 @@ class SnapshotStats:
     committed_at_ms: int
     operation: str | None
     carries_offsets: bool
+    offset_partitions: frozenset[str] | None = None
+    """The partitions whose offsets it carries ("topic:partition"); None: not known, so
+    taken as every partition."""
+
+
+def resume_snapshots(snapshots: Iterable[SnapshotStats]) -> list[SnapshotStats]:
+    """The snapshots the writer resumes from, oldest first: for each partition, the newest
+    snapshot carrying its offset. Writer instances that share a table each record only
+    their own partitions, so this can be several snapshots, and expiry must keep them all
+    (one writer: only the newest carrier)."""
+    carriers = sorted(
+        (s for s in snapshots if s.carries_offsets),
+        key=lambda s: (s.committed_at_ms, s.snapshot_id),
+        reverse=True,
+    )
+    covered: set[str] = set()
+    needed: list[SnapshotStats] = []
+    for snapshot in carriers:
+        if snapshot.offset_partitions is None:
+            needed.append(snapshot)
+            break  # every partition: nothing older is needed
+        if not snapshot.offset_partitions <= covered:
+            needed.append(snapshot)
+            covered |= snapshot.offset_partitions
+    return needed[::-1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,8 +180,9 @@ class TableHealth:
     """The health of one table at ``inspected_at_ms``, advanced by later commits.
 
     ``snapshot_times_ms`` holds every snapshot's commit time, ascending;
-    ``offsets_snapshot_*`` name the latest snapshot carrying ``icefjord.offsets`` (the one
-    the writer resumes from and expiry must keep). ``commits_since_inspection`` and
+    ``offsets_snapshot_*`` name the oldest snapshot the writer resumes from
+    (:func:`resume_snapshots`; one writer: the latest carrying ``icefjord.offsets``), which
+    bounds what expiry may remove. ``commits_since_inspection`` and
     ``data_files_since_inspection`` come from ``CommitDone`` events after the inspection.
     """
 
@@ -309,7 +335,7 @@ def compute_health(
         if s.operation != REPLACE_OPERATION
         and (last_compaction is None or s.committed_at_ms > last_compaction)
     )
-    with_offsets = [s for s in snapshots if s.carries_offsets]
+    with_offsets = resume_snapshots(snapshots)
     return TableHealth(
         table=inspection.table,
         inspected_at_ms=inspection.inspected_at_ms,
@@ -320,8 +346,8 @@ def compute_health(
         metadata_bytes=inspection.metadata_file_bytes + inspection.manifest_bytes,
         last_compaction_ms=last_compaction,
         commits_since_compaction=commits_since,
-        offsets_snapshot_id=with_offsets[-1].snapshot_id if with_offsets else None,
-        offsets_snapshot_ms=with_offsets[-1].committed_at_ms if with_offsets else None,
+        offsets_snapshot_id=with_offsets[0].snapshot_id if with_offsets else None,
+        offsets_snapshot_ms=with_offsets[0].committed_at_ms if with_offsets else None,
         target_file_size_bytes=inspection.target_file_size_bytes,
         small_file_bytes=threshold,
         last_commit_ms=snapshots[-1].committed_at_ms if snapshots else None,

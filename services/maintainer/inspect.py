@@ -8,6 +8,7 @@ metadata table). Everything here is I/O; the meaning is in :mod:`health`.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -130,6 +131,7 @@ class TableInspector:
                 # membership test is always true.
                 carries_offsets=s.summary is not None
                 and OFFSETS_PROPERTY in s.summary.additional_properties,
+                offset_partitions=_offset_partitions(s.summary),
             )
             for s in loaded.metadata.snapshots
         )
@@ -175,3 +177,15 @@ class TableInspector:
             record_count=int(data_file.record_count),
             size_bytes=int(data_file.file_size_in_bytes),
         )
+
+
+def _offset_partitions(summary: Any) -> frozenset[str] | None:
+    """The partitions (``topic:partition``) whose offsets a snapshot summary carries; None
+    when it carries offsets that cannot be read (taken as every partition)."""
+    text = summary.additional_properties.get(OFFSETS_PROPERTY) if summary is not None else None
+    if text is None:
+        return frozenset()
+    try:
+        return frozenset(str(name) for name in json.loads(text))
+    except (ValueError, TypeError):
+        return None

@@ -663,3 +663,36 @@ def test_a_compaction_without_equality_deletes_looks_for_no_dangling_ones() -> N
         request(), MaintenancePolicy()
     )
     assert runner.dangling_calls == []
+
+
+def test_expiry_keeps_every_snapshot_a_sharing_writer_resumes_from() -> None:
+    """Two writer instances share the table, each recording its own partitions: the older
+    instance's last commit (snapshot 2) still holds partitions 0-2's offsets when the other
+    instance has committed since, and the cutoff is held there, not at the newest."""
+
+    def carrier(sid: int, ms: int, partitions: str) -> SnapshotStats:
+        names = frozenset(f"icefjord.changes.shop.orders:{p}" for p in partitions)
+        return SnapshotStats(sid, ms, "overwrite", True, names)
+
+    history = (
+        carrier(1, 1000, "012"),
+        carrier(2, 2000, "012"),
+        carrier(3, 3000, "345"),
+        carrier(4, 4000, "345"),
+        SnapshotStats(5, 5000, "replace", False, frozenset()),
+    )
+    runner = FakeRunner([])
+    result = executor(
+        runner, FakeInspector(inspection(snapshots=history), inspection(snapshots=history[1:]))
+    ).execute(
+        request(A.EXPIRE_SNAPSHOTS, older_than_ms=str(NOW_MS), retain_last="1"), MaintenancePolicy()
+    )
+    assert result.status is MaintenanceStatus.SUCCEEDED, result.error
+    assert f"older_than => {timestamp_literal(2000)}" in runner.statements[0]
+    # Had snapshot 2 gone, partitions 0-2 would have lost their offsets: a failure.
+    runner = FakeRunner([])
+    result = executor(
+        runner, FakeInspector(inspection(snapshots=history), inspection(snapshots=history[2:]))
+    ).execute(request(A.EXPIRE_SNAPSHOTS, older_than_ms=str(NOW_MS)), MaintenancePolicy())
+    assert result.status is MaintenanceStatus.FAILED
+    assert result.error == "the offsets snapshot 2 is gone after expiry"

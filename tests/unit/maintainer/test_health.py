@@ -17,6 +17,7 @@ from services.maintainer.health import (
     apply_commit,
     compute_health,
     partition_filter,
+    resume_snapshots,
     small_file_threshold,
 )
 from services.maintainer.identifiers import parse_filter
@@ -212,3 +213,19 @@ def test_totals_are_sums_of_partitions(entries: list[tuple[int, int, int]]) -> N
     assert health.small_files == sum(
         1 for f in files if f.content is FileContent.DATA and f.size_bytes < health.small_file_bytes
     )
+
+
+def test_the_writer_resumes_from_each_partitions_newest_carrier() -> None:
+    def carrier(sid: int, partitions: str | None) -> SnapshotStats:
+        names = None if partitions is None else frozenset(partitions)
+        return SnapshotStats(sid, sid * 1000, "append", True, names)
+
+    # One writer: its newest commit holds every partition.
+    assert [s.snapshot_id for s in resume_snapshots([carrier(1, "ab"), carrier(2, "ab")])] == [2]
+    # Two instances: a's partitions last in 2, b's in 4; 3 repeats b's, 5 records nothing.
+    shared = [carrier(1, "a"), carrier(2, "a"), carrier(3, "b"), carrier(4, "b"), carrier(5, "")]
+    assert [s.snapshot_id for s in resume_snapshots(shared)] == [2, 4]
+    # Offsets it cannot read count as every partition's: nothing older is needed.
+    assert [s.snapshot_id for s in resume_snapshots([carrier(1, "a"), carrier(2, None)])] == [2]
+    health = compute_health(inspection([], shared))
+    assert (health.offsets_snapshot_id, health.offsets_snapshot_ms) == (2, 2000)

@@ -13,6 +13,7 @@ from services.iceberg_writer.batching import BatchClock
 from services.iceberg_writer.config import WriterSettings
 from services.iceberg_writer.control_view import ControlView
 from services.iceberg_writer.metrics import WriterMetrics
+from services.iceberg_writer.ownership import Owner
 from services.iceberg_writer.state import TableState
 from shared.events import ControlEvent, SchemaChange, Verdict
 
@@ -32,7 +33,9 @@ class Calls:
         self.calls.append(f"commit {len(state.pending)}")
         state.pending = []
 
-    def claim(self, state: TableState) -> None:
+    owner = Owner.new("writers", 1)
+
+    def claim(self, state: TableState, partitions: list[tuple[str, int]]) -> None:
         self.calls.append("claim")
 
     def republish_if_missing(self, state: TableState, table: Any, checkpoint: Any) -> None: ...
@@ -74,7 +77,6 @@ def admission(*plans: SchemaChange) -> tuple[SchemaAdmission, Calls]:
         codec=None,  # type: ignore[arg-type]
         store=calls,  # type: ignore[arg-type]
         metrics=metrics,
-        epoch=1,
     )
     return admit, calls
 
@@ -124,4 +126,4 @@ def test_a_newer_version_commits_the_old_rows_then_evolves_the_table() -> None:
     state = table_state()
     state.pending = [object(), object()]  # type: ignore[list-item]
     assert admit.admit(state, 12, TOPIC) == WRITE
-    assert calls.calls == ["commit 2", "claim", "evolve to v3"]
+    assert calls.calls == ["commit 2", "evolve to v3"]

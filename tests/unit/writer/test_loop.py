@@ -16,6 +16,7 @@ from services.iceberg_writer.changes import Change, Op
 from services.iceberg_writer.commands import OperatorCommands
 from services.iceberg_writer.config import WriterSettings
 from services.iceberg_writer.metrics import WriterMetrics
+from services.iceberg_writer.ownership import PartitionsMovedError
 from services.iceberg_writer.state import TableState
 from services.iceberg_writer.writer import Writer
 from shared.avro import encode
@@ -92,6 +93,8 @@ class FakePartitions:
         self.consumer = FakeConsumer()
         self.membership = GroupMembership()
         self.paused: list[Any] = []
+        self.rejoins = 0
+        self.group_offsets: dict[tuple[str, int], int] = {}
 
     def pause(self, partitions: list[Any]) -> None:
         self.paused.extend(partitions)
@@ -105,7 +108,13 @@ class FakePartitions:
     def lost(self) -> bool:
         return False
 
+    def rejoin(self) -> None:
+        self.rejoins += 1
+
     def replace(self) -> None: ...
+
+    def commit_offsets(self, offsets: dict[tuple[str, int], int]) -> None:
+        self.group_offsets.update(offsets)
 
 
 class FakeControl:
@@ -211,14 +220,22 @@ class FakeCommitter:
     def __init__(self) -> None:
         self.commits = 0
         self.done: list[tuple[str, list[Any], dict[tuple[str, int], int]]] = []
+        self.moved: list[int] = []  # partitions another instance claimed, said at next commit
+
+    def claim(self, state: TableState, partitions: list[tuple[str, int]]) -> None:
+        state.claimed.update(partitions)
 
     def commit_all(self, states: list[TableState]) -> None:
         for state in states:
             if not state.pending:
                 continue
+            if self.moved:
+                moved, self.moved = self.moved, []
+                raise PartitionsMovedError(f"partitions {moved} of {state.name} moved")
             offsets = {**state.committed, **state.consumed}
             self.done.append((state.name, [c.key[0] for c in state.pending], offsets))
             state.committed = offsets
+            state.claimed.update(offsets)
             state.pending = []
             self.commits += 1
 
@@ -480,3 +497,20 @@ def test_a_clean_stop_commits_a_flushed_paused_table_and_fails_what_it_could_not
 def paused_gauge(metrics: WriterMetrics) -> float:
     (metric,) = metrics.paused_tables.collect()
     return float(metric.samples[0].value)
+
+
+def test_a_partition_another_instance_claimed_drops_the_batch_and_rejoins_the_group() -> None:
+    loop = Loop(max_records=2)
+    loop.step(FakeMessage(0, record(1)), FakeMessage(1, record(1)))
+    assert loop.committer.done and loop.partitions.group_offsets == {(TOPIC, 0): 2}
+    seeks: list[Any] = []
+    loop.partitions.seek = seeks.append  # type: ignore[method-assign]
+    loop.writer._data.assignment = lambda: [TopicPartition(TOPIC, 0)]  # type: ignore[method-assign]
+    loop.committer.moved = [0]
+    with pytest.raises(PartitionsMovedError):
+        loop.step(FakeMessage(2, record(1)), FakeMessage(3, record(1)))
+    # Nothing of it committed; the partition is read again from the table's checkpoint once
+    # the group says whose it is, and the stale member rejoins.
+    assert len(loop.committer.done) == 1 and loop.state.pending == []
+    assert [(tp.topic, tp.partition, tp.offset) for tp in seeks] == [(TOPIC, 0, 2)]
+    assert loop.partitions.rejoins == 1

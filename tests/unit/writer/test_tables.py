@@ -34,6 +34,10 @@ from pyiceberg.types import (
     UUIDType,
 )
 
+from services.iceberg_writer.batching import BatchClock
+from services.iceberg_writer.committer import Committer
+from services.iceberg_writer.ownership import OvertakenError
+from services.iceberg_writer.state import TableState
 from services.iceberg_writer.tables import (
     COMMIT_ID,
     EPOCH,
@@ -42,10 +46,12 @@ from services.iceberg_writer.tables import (
     WATERMARK,
     Checkpoint,
     checkpoint_of,
+    commit_in,
     decode_offsets,
     encode_offsets,
     partition_sql,
     quote,
+    recorded_since,
     spark_type,
 )
 
@@ -430,4 +436,43 @@ def test_any_history_resumes_every_partition_from_its_newest_writer_commit(
         expected.update(offsets)
     assert checkpoint.offsets == expected
     truncates = [k[3] for _, k in writers if k[3] is not None]
-    assert checkpoint.truncated_at == (truncates[-1] if truncates else None)
+    # The highest: an instance sharing the table may repeat an older truncate than another's.
+    assert checkpoint.truncated_at == (max(truncates) if truncates else None)
+
+
+def test_a_commit_is_found_by_its_id_behind_commits_made_after_it() -> None:
+    table = FakeTable.of(
+        writer("mine", {("t", 0): 10}, epoch=1),
+        writer("theirs", {("t", 1): 7}, epoch=2),
+        None,  # a compaction
+    )
+    found = commit_in(table, "mine")  # type: ignore[arg-type]
+    assert found is not None
+    assert (found.snapshot_id, found.epoch, dict(found.offsets)) == (101, 1, {("t", 0): 10})
+    assert commit_in(table, "nobody's") is None  # type: ignore[arg-type]
+    assert [s for s, _ in recorded_since(table, 101)] == [102]  # type: ignore[arg-type]
+    assert [s for s, _ in recorded_since(table, 999)] == [102, 101]  # type: ignore[arg-type]
+
+
+def test_a_previous_owners_commit_that_landed_after_the_claim_is_read_past() -> None:
+    """Instance b claimed partition 0 and read its offset 10 at snapshot 101; a's commit
+    already under way then landed with partition 0 at 25. b's next commit must not apply
+    records 10-24 again: it reads on from 25."""
+    state = TableState(name="shop.orders", topic="t", clock=BatchClock(1.0, 0.1, 10))
+    state.claimed = {("t", 0)}
+    state.committed = {("t", 0): 10}
+    state.seen_snapshot = 101
+    table = FakeTable.of(
+        writer("a1", {("t", 0): 10, ("t", 1): 3}),
+        writer("a2", {("t", 0): 25, ("t", 1): 4}),  # the late one
+        writer("c1", {("t", 1): 9}),  # another instance, another partition
+    )
+    committer = Committer.__new__(Committer)
+    with pytest.raises(OvertakenError, match=r"partitions \[0\]"):
+        committer._check_overtaken(state, table)  # type: ignore[arg-type]
+    assert state.committed == {("t", 0): 25} and state.seen_snapshot == 103
+    committer._check_overtaken(state, table)  # type: ignore[arg-type]  # seen: nothing new
+    # An older owner's commit below what this instance read is history, not a takeover.
+    state.seen_snapshot = None
+    state.committed = {("t", 0): 30}
+    committer._check_overtaken(state, table)  # type: ignore[arg-type]
