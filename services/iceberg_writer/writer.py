@@ -15,6 +15,7 @@ diversion (``diversions.py``), bulk-load holds (``bulk.py``) and the committer
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -393,6 +394,10 @@ class Writer:
             state.owned.discard(key)
             state.claimed.discard(key)
             state.bounds = None
+            # Its lag is its next owner's to report now: summed over instances, a stale
+            # series would count it twice.
+            with contextlib.suppress(KeyError):
+                self.metrics.consumer_lag.remove(tp.topic, str(tp.partition))
             if not state.pending:
                 state.clock.first_at = None
 

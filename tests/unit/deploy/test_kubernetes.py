@@ -60,9 +60,17 @@ def test_overlays_differ_where_they_should(
     assert {o["metadata"].get("namespace") for o in dev if o["kind"] != "Namespace"} == {
         "icefjord-dev"
     }
-    # prod: KEDA sets the normalizer's replicas from its lag; dev: one, no autoscaler.
+    # prod: KEDA sets the normalizer's and the writer's replicas from their lag; dev: one
+    # normalizer, no autoscaler.
     assert find(prod_objects, "ScaledObject", "cdc-normalizer")["spec"]["maxReplicaCount"] == 6
     assert "replicas" not in find(prod_objects, "StatefulSet", "cdc-normalizer")["spec"]
+    writer = find(prod_objects, "ScaledObject", "iceberg-writer")
+    assert writer["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "iceberg-writer",
+    }
+    assert "replicas" not in find(prod_objects, "Deployment", "iceberg-writer")["spec"]
     assert not any(o["kind"] == "ScaledObject" for o in dev)
     assert find(dev, "StatefulSet", "cdc-normalizer")["spec"]["replicas"] == 1
     # Only prod runs the writer's Spark on Kubernetes, with RBAC for its executors.
@@ -267,12 +275,27 @@ def test_the_lag_autoscaler_needs_its_target_and_its_credentials(
     objects = [o for o in copy.deepcopy(prod_objects) if o["kind"] != "TriggerAuthentication"]
     scaled = find(objects, "ScaledObject", "cdc-normalizer")
     assert workload_problems(objects, contract) == [
-        "ScaledObject/cdc-normalizer: SASL needs a TriggerAuthentication; 'icefjord-kafka' "
+        f"ScaledObject/{name}: SASL needs a TriggerAuthentication; 'icefjord-kafka' "
         "does not exist"
+        for name in ("cdc-normalizer", "iceberg-writer")
     ]
+    objects = copy.deepcopy(prod_objects)
+    scaled = find(objects, "ScaledObject", "cdc-normalizer")
     scaled["spec"]["scaleTargetRef"]["kind"] = "Deployment"
     assert workload_problems(objects, contract) == [
         "ScaledObject/cdc-normalizer: scales Deployment/cdc-normalizer, which does not exist"
+    ]
+
+
+def test_the_writers_autoscaler_must_watch_the_writers_own_group(
+    prod_objects: Objects, contract: Contract
+) -> None:
+    objects = copy.deepcopy(prod_objects)
+    metadata = find(objects, "ScaledObject", "iceberg-writer")["spec"]["triggers"][0]["metadata"]
+    metadata["consumerGroup"] = "icefjord-cdc-normalizer"
+    assert workload_problems(objects, contract) == [
+        "ScaledObject/iceberg-writer: kafka trigger consumerGroup is 'icefjord-cdc-normalizer', "
+        "the service's is 'icefjord-writer'"
     ]
 
 

@@ -514,3 +514,14 @@ def test_a_partition_another_instance_claimed_drops_the_batch_and_rejoins_the_gr
     assert len(loop.committer.done) == 1 and loop.state.pending == []
     assert [(tp.topic, tp.partition, tp.offset) for tp in seeks] == [(TOPIC, 0, 2)]
     assert loop.partitions.rejoins == 1
+
+
+def test_a_revoked_partition_leaves_its_lag_to_its_next_owner() -> None:
+    loop = Loop(max_records=10)
+    loop.step(FakeMessage(0, record(1)))
+    lag = loop.writer.metrics.consumer_lag
+    lag.labels(TOPIC, "0").set(40)
+    loop.writer._on_revoke(None, [TopicPartition(TOPIC, 0)])  # type: ignore[arg-type]
+    assert loop.state.pending == [] and (TOPIC, 0) not in loop.state.owned
+    samples = [s for m in lag.collect() for s in m.samples]
+    assert samples == [], "summed over instances, a stale series counts the lag twice"
