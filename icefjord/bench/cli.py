@@ -606,3 +606,42 @@ def bench_recovery_command(
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for path in write_outputs(result, out or settings.state / "bench" / f"recovery-{stamp}"):
         console.print(f"wrote {path}")
+
+
+@bench_app.command("writers")
+def bench_writers_command(
+    records: Annotated[
+        int, typer.Option(min=1000, help="Change records of the backlog.")
+    ] = 2_000_000,
+    partitions: Annotated[int, typer.Option(min=1, help="Partitions of the table's topic.")] = 6,
+    keys: Annotated[int, typer.Option(min=1, help="Keys inserted before the updates.")] = 500_000,
+    instances: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--instances", min=1, help="Writer instances of a run; repeat for several runs."
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Directory of the report (default <state>/bench/writers-<time>)."),
+    ] = None,
+) -> None:
+    """One table's backlog drained by one writer instance, then by several sharing it (one
+    consumer group): records/s, CPU and a check of every table, on the local stack."""
+    import sys
+
+    from icefjord.bench.writers import WritersOptions, run_writers
+
+    options = WritersOptions(
+        records=records,
+        partitions=partitions,
+        keys=keys,
+        instances=tuple(instances or (1, 2)),
+        out=out,
+        command="icefjord bench writers " + " ".join(sys.argv[3:]),
+    )
+    report, where = run_writers(LocalSettings(), options, console)
+    console.print((where / "report.md").read_text())
+    console.print(f"wrote {where}")
+    if not all(run.verified for run in report.runs):
+        raise typer.Exit(1)
