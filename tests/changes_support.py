@@ -224,6 +224,17 @@ def assert_equal_to_model(spark: Any, table: str, history: list[Event]) -> None:
         assert row["tags"] == [f"t{event.seq % 3}", "ü"]
 
 
+def equal_to_model(spark: Any, table: str, history: list[Event]) -> bool:
+    """Whether ``table`` exists and equals ``history``'s final state (for waits)."""
+    try:
+        assert_equal_to_model(spark, table, history)
+    except AssertionError:
+        return False
+    except Exception:  # the table not made yet
+        return False
+    return True
+
+
 def assert_readable_by_pyiceberg(stack: Stack, spark: Any, table: str) -> None:
     """pyiceberg scans ``table`` to the rows Spark reads (it refuses equality deletes, and
     applies deletion vectors)."""

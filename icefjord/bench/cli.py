@@ -129,6 +129,9 @@ def bench_pipeline_command(
         help="Keep the source's PostgreSQL schema (by default dropped once every table "
         "equals its source; kept when one does not).",
     ),
+    writers: int = typer.Option(
+        1, "--writers", min=1, help="Writer instances sharing the tables (one consumer group)."
+    ),
     stores: str = typer.Option(
         "",
         "--stores",
@@ -163,6 +166,7 @@ def bench_pipeline_command(
             rows_per_statement=rows_per_statement,
             out=out,
             keep_source=keep_source,
+            writers=writers,
         )
     )
 

@@ -97,6 +97,9 @@ class BenchOptions:
     # been found equal (a failed check keeps it to look into): each run's rows and the WAL
     # they wrote would pile up in the local cluster (HISTORY.md, "2026-11-26, late").
     keep_source: bool = False
+    # Writer instances sharing the tables (one consumer group), each a process with its own
+    # Spark; the report lists each one's CPU.
+    writers: int = 1
     # The writer subscribes to this run's change topics only. A run on another catalog
     # than earlier runs' (``--stores``) would otherwise rebuild each earlier table in it
     # from Kafka (its tables hold their offsets, so a new catalog starts from the earliest)
@@ -494,7 +497,11 @@ def run_bench(settings: LocalSettings, options: BenchOptions, console: Console) 
         escaped = re.escape(f"{CHANGES_TOPIC_PREFIX}{source.names.schema}.")
         extra_env["writer"] = {"ICEFJORD_WRITER_TOPIC_PATTERN": rf"^{escaped}[^.]+$"}
     services = service_processes(
-        settings, SERVICE_NAMES, source_topic_prefix=demo.topic_prefix, extra_env=extra_env
+        settings,
+        SERVICE_NAMES,
+        source_topic_prefix=demo.topic_prefix,
+        extra_env=extra_env,
+        writers=options.writers,
     )
     notes: list[str] = []
     build = normalizer_build(services)

@@ -113,7 +113,28 @@ def scrape_all(endpoints: Mapping[str, str], source_changes: int, timeout_s: flo
                 services[name] = parse_metrics(response.read().decode())
         except (OSError, http.client.HTTPException, ValueError):
             services[name] = None
-    return Scrape(time.monotonic(), services, source_changes)
+    return Scrape(time.monotonic(), with_instances_merged(services), source_changes)
+
+
+def with_instances_merged(services: Mapping[str, Samples | None]) -> dict[str, Samples | None]:
+    """``services`` with the samples of each further instance of a service (``writer-2``,
+    ``writer-3``: writers sharing the tables) added to the first's, each series labelled with
+    its instance, so that sums and histograms cover every instance."""
+    merged: dict[str, Samples | None] = dict(services)
+    for name, samples in services.items():
+        base, _, number = name.rpartition("-")
+        if not number.isdigit() or base not in services or samples is None:
+            continue
+        first = merged[base]
+        if first is None:
+            continue
+        combined = {key: list(values) for key, values in first.items()}
+        for key, values in samples.items():
+            combined.setdefault(key, []).extend(
+                (tuple(sorted((*labels, ("instance", number)))), value) for labels, value in values
+            )
+        merged[base] = combined
+    return merged
 
 
 def is_compaction(labels: dict[str, str]) -> bool:

@@ -65,6 +65,8 @@ SERVICES = (*PIPELINE, CONSOLE)
 # The services with per-record code in the mypyc build (setup.py): the normalizer's modules,
 # and the Avro decoder the writer reads every change record with.
 COMPILED_SERVICES = (NORMALIZER, WRITER)
+# Metrics port of a writer instance beside the first: the first's plus this, times its number.
+INSTANCE_PORT_STEP = 100
 # What runs by default (the demo, the benchmarks): the pipeline, not the console.
 SERVICE_NAMES = tuple(s.name for s in PIPELINE)
 
@@ -178,20 +180,21 @@ class ServiceProcess:
     python: str = sys.executable
     cwd: Path | None = None
     build: str = ""  # which build runs, when there is a choice (the normalizer's)
+    instance: int = 1  # writer instances sharing the tables: 2, 3, ... beside the first
 
     def __post_init__(self) -> None:
-        self.process = ManagedProcess(f"service-{self.spec.name}", self.settings.state / "run")
+        self.process = ManagedProcess(f"service-{self.name}", self.settings.state / "run")
         # A supervisor and a fault injector may both start the service: one start at a time.
         self._starting = threading.Lock()
 
     @property
     def name(self) -> str:
-        return self.spec.name
+        return self.spec.name if self.instance == 1 else f"{self.spec.name}-{self.instance}"
 
     @property
     def port(self) -> int:
         port: int = getattr(self.settings, self.spec.port_setting)
-        return port
+        return port + INSTANCE_PORT_STEP * (self.instance - 1)
 
     def address(self) -> str:
         return f"http://{self.settings.host}:{self.port}"
@@ -251,21 +254,26 @@ def service_processes(
     *,
     source_topic_prefix: str | None = None,
     extra_env: Mapping[str, Mapping[str, str]] | None = None,
+    writers: int = 1,
 ) -> list[ServiceProcess]:
-    """The named services, configured for ``settings``' stack, in start order."""
+    """The named services, configured for ``settings``' stack, in start order; ``writers``
+    instances of the writer, sharing the tables in its consumer group (the second one's
+    metrics ``INSTANCE_PORT_STEP`` above the first's, and so on)."""
     out = []
     for name in names:
         spec = service_spec(name)
-        env = service_env(
-            spec,
-            settings,
-            source_topic_prefix=source_topic_prefix,
-            extra=(extra_env or {}).get(name),
-        )
-        process = ServiceProcess(spec, settings, env)
-        if spec in COMPILED_SERVICES:
-            choose_build(process, settings)
-        out.append(process)
+        for instance in range(1, (writers if spec is WRITER else 1) + 1):
+            env = service_env(
+                spec,
+                settings,
+                source_topic_prefix=source_topic_prefix,
+                extra=(extra_env or {}).get(name),
+            )
+            process = ServiceProcess(spec, settings, env, instance=instance)
+            env[f"{spec.env_prefix}METRICS__PORT"] = str(process.port)
+            if spec in COMPILED_SERVICES:
+                choose_build(process, settings)
+            out.append(process)
     return out
 
 

@@ -13,13 +13,8 @@ partitions. The transaction timeout is 300 s here, so only the returning instanc
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import signal
-import subprocess
-import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,6 +32,7 @@ from confluent_kafka.admin import OffsetSpec
 from debezium_support import json_envelope, json_key
 from harness import Stack, free_port
 from normalizer_support import COLUMNS, row
+from process_support import ServiceProcess
 
 from shared.avro import AvroCodec
 from shared.kafka import (
@@ -55,61 +51,17 @@ WAVE = 1500  # source records per wave; three waves
 TRANSACTION_TIMEOUT_S = 300
 
 
-class Instance:
-    """One ``python -m services.cdc_normalizer`` process, restartable under its own id."""
-
-    def __init__(self, index: int, env: dict[str, str], logs: Path) -> None:
-        self.index = index
-        self.port = free_port()
-        group = env["ICEFJORD_NORMALIZER_GROUP_ID"]
-        self.env = {
-            **env,
-            "ICEFJORD_NORMALIZER_TRANSACTIONAL_ID": f"{group}-{index}",
-            "ICEFJORD_NORMALIZER_METRICS__HOST": "127.0.0.1",
-            "ICEFJORD_NORMALIZER_METRICS__PORT": str(self.port),
-        }
-        self.logs = logs
-        self.starts = 0
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.starts += 1
-        log = self.logs / f"normalizer-{self.index}-{self.starts}.log"
-        with log.open("wb") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "services.cdc_normalizer"],
-                env={**os.environ, **self.env},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-
-    def ready(self) -> bool:
-        assert self.process is not None and self.process.poll() is None, self.tail()
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            return False
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait()
-
-    def stop(self) -> int | None:
-        if self.process is None or self.process.poll() is not None:
-            return None if self.process is None else self.process.returncode
-        self.process.terminate()
-        try:
-            return self.process.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            return None
-
-    def tail(self) -> str:
-        log = self.logs / f"normalizer-{self.index}-{self.starts}.log"
-        return log.read_text(errors="replace")[-3000:] if log.exists() else ""
+def _instance(index: int, env: dict[str, str], logs: Path) -> ServiceProcess:
+    """Instance ``index`` of the group, under its own transactional id (a StatefulSet pod's)."""
+    port = free_port()
+    group = env["ICEFJORD_NORMALIZER_GROUP_ID"]
+    own = {
+        **env,
+        "ICEFJORD_NORMALIZER_TRANSACTIONAL_ID": f"{group}-{index}",
+        "ICEFJORD_NORMALIZER_METRICS__HOST": "127.0.0.1",
+        "ICEFJORD_NORMALIZER_METRICS__PORT": str(port),
+    }
+    return ServiceProcess("services.cdc_normalizer", f"normalizer-{index}", own, port, logs)
 
 
 def _wait(check: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -221,7 +173,7 @@ def test_a_group_of_normalizers_loses_and_repeats_nothing_through_kills_and_reba
         "ICEFJORD_NORMALIZER_TRANSACTION_TIMEOUT_MS": str(TRANSACTION_TIMEOUT_S * 1000),
         "ICEFJORD_NORMALIZER_LOG_FORMAT": "console",
     }
-    instances = [Instance(i, env, tmp_path) for i in range(3)]
+    instances = [_instance(i, env, tmp_path) for i in range(3)]
     _produce(stack, topic, table, range(0, WAVE))
     try:
         for instance in instances[:2]:

@@ -24,7 +24,13 @@ from typing import Any
 
 import pyspark
 import pytest
-from changes_support import Event, assert_equal_to_model, change_schema, control_events
+from changes_support import (
+    Event,
+    assert_equal_to_model,
+    change_schema,
+    control_events,
+    equal_to_model,
+)
 from harness import Stack, free_port
 from process_support import maintainer_env, ready_process, request_maintenance
 from writer_support import producer_for
@@ -173,10 +179,10 @@ def test_the_writers_merge_runs_on_the_cluster(
     log = tmp_path / "writer.log"
     with ready_process("services.iceberg_writer", env, log, port):
         producer.send(schema, inserts)
-        _wait_for(lambda: _equal(spark, table, inserts), 240, "the inserts never arrived")
+        _wait_for(lambda: equal_to_model(spark, table, inserts), 240, "the inserts never arrived")
         producer.send(schema, changes)
         history = inserts + changes
-        _wait_for(lambda: _equal(spark, table, history), 240, "the changes never arrived")
+        _wait_for(lambda: equal_to_model(spark, table, history), 240, "the changes never arrived")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
             metrics = r.read().decode()
         merges = re.findall(
@@ -189,16 +195,6 @@ def test_the_writers_merge_runs_on_the_cluster(
         assert merges and float(merges[0]) >= 1, log.read_text(errors="replace")[-3000:]
     assert_equal_to_model(spark, table, inserts + changes)
     _ran_on_the_cluster(spark_cluster, "icefjord-iceberg-writer")
-
-
-def _equal(spark: Any, table: str, history: list[Event]) -> bool:
-    try:
-        assert_equal_to_model(spark, table, history)
-    except AssertionError:
-        return False
-    except Exception:  # the table not made yet
-        return False
-    return True
 
 
 def _result(stack: Stack, topic: str, request_id: str) -> MaintenanceResult | None:

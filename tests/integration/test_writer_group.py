@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from changes_support import Event, assert_equal_to_model, change_schema
+from changes_support import Event, assert_equal_to_model, change_schema, equal_to_model
 from confluent_kafka import ConsumerGroupState, TopicPartition
 from harness import Stack, free_port
 from process_support import ServiceProcess, writer_env
@@ -52,16 +52,6 @@ def _sharing(admin: Any, group: str, members: int) -> Callable[[], bool]:
         return described.state == ConsumerGroupState.STABLE and len(holding) == members
 
     return check
-
-
-def _equal(spark: Any, table: str, history: list[Event]) -> bool:
-    try:
-        assert_equal_to_model(spark, table, history)
-    except AssertionError:
-        return False
-    except Exception:  # the table not made yet
-        return False
-    return True
 
 
 def _writer_instances(stack: Stack, table: str) -> list[tuple[str, set[int]]]:
@@ -112,7 +102,7 @@ def test_writer_instances_share_a_table_through_kills_and_rebalances(
         instances[0].start()
         _wait(instances[0].ready, 240, "the first instance never ready")
         send("CREATE", range(1, KEYS + 1), "n")
-        _wait(lambda: _equal(spark, table, history), 240, "the first changes never arrived")
+        _wait(lambda: equal_to_model(spark, table, history), 240, "the first changes never arrived")
 
         # A second joins: the partitions are shared while changes flow.
         instances[1].start()
@@ -120,7 +110,9 @@ def test_writer_instances_share_a_table_through_kills_and_rebalances(
         _wait(instances[1].ready, 240, "the second instance never ready")
         _wait(_sharing(admin, group, 2), 120, "the two instances never shared the partitions")
         send("UPDATE", range(2, KEYS + 1, 2), "b")
-        _wait(lambda: _equal(spark, table, history), 240, "the shared changes never arrived")
+        _wait(
+            lambda: equal_to_model(spark, table, history), 240, "the shared changes never arrived"
+        )
         epochs = {epoch for epoch, _ in _writer_instances(stack, table)}
         assert len(epochs) == 2, "both instances should have committed"
 
@@ -145,7 +137,7 @@ def test_writer_instances_share_a_table_through_kills_and_rebalances(
         instances[1].kill()
         send("UPDATE", range(2, KEYS + 201, 5), "f")
         send("DELETE", range(3, KEYS + 1, 11))
-        _wait(lambda: _equal(spark, table, history), 300, "not every change arrived")
+        _wait(lambda: equal_to_model(spark, table, history), 300, "not every change arrived")
 
         # A zombie: the first comes back and shares the table; then the third stops
         # answering (SIGSTOP) with changes in hand, for longer than its group session, and
@@ -158,12 +150,12 @@ def test_writer_instances_share_a_table_through_kills_and_rebalances(
         send("UPDATE", range(2, KEYS + 201, 3), "h")
         _wait(_sharing(admin, group, 1), 120, "the group never gave up the frozen instance")
         send("DELETE", range(7, KEYS + 1, 13))
-        _wait(lambda: _equal(spark, table, history), 300, "the first never took over")
+        _wait(lambda: equal_to_model(spark, table, history), 300, "the first never took over")
         instances[2].thaw()
         send("UPDATE", range(3, KEYS + 201, 4), "i")
         _wait(_sharing(admin, group, 2), 120, "the thawed instance never rejoined")
         send("UPDATE", range(1, KEYS + 201, 5), "j")
-        _wait(lambda: _equal(spark, table, history), 300, "not every change arrived after")
+        _wait(lambda: equal_to_model(spark, table, history), 300, "not every change arrived after")
     finally:
         codes = [instance.stop() for instance in instances]
 

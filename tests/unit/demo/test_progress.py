@@ -17,6 +17,7 @@ from icefjord.demo.progress import (
     render,
     scrape_all,
     total,
+    with_instances_merged,
 )
 
 pytestmark = pytest.mark.unit
@@ -130,3 +131,22 @@ def test_a_service_killed_while_answering_counts_as_not_answering() -> None:
         thread.join()
     assert result.services == {"writer": None}
     assert result.source_changes == 7
+
+
+def test_a_second_writer_instances_samples_count_with_the_first() -> None:
+    first = parse_metrics(
+        'icefjord_writer_changes_applied_total{table="a.t",op="c"} 5\n'
+        'icefjord_writer_freshness_seconds_bucket{table="a.t",le="1.0"} 2\n'
+    )
+    second = parse_metrics(
+        'icefjord_writer_changes_applied_total{table="a.t",op="c"} 7\n'
+        'icefjord_writer_freshness_seconds_bucket{table="a.t",le="1.0"} 3\n'
+    )
+    merged = with_instances_merged({"writer": first, "writer-2": second, "normalizer": None})
+    writer = merged["writer"]
+    assert writer is not None
+    assert total(writer, "icefjord_writer_changes_applied_total") == 12
+    assert buckets(writer, "icefjord_writer_freshness_seconds") == ((1.0, 5.0),)
+    assert merged["writer-2"] is second and merged["normalizer"] is None
+    # The first instance down: nothing to add the second to, each stays as it was.
+    assert with_instances_merged({"writer": None, "writer-2": second})["writer"] is None

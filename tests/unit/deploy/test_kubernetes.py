@@ -275,8 +275,7 @@ def test_the_lag_autoscaler_needs_its_target_and_its_credentials(
     objects = [o for o in copy.deepcopy(prod_objects) if o["kind"] != "TriggerAuthentication"]
     scaled = find(objects, "ScaledObject", "cdc-normalizer")
     assert workload_problems(objects, contract) == [
-        f"ScaledObject/{name}: SASL needs a TriggerAuthentication; 'icefjord-kafka' "
-        "does not exist"
+        f"ScaledObject/{name}: SASL needs a TriggerAuthentication; 'icefjord-kafka' does not exist"
         for name in ("cdc-normalizer", "iceberg-writer")
     ]
     objects = copy.deepcopy(prod_objects)
