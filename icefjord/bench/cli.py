@@ -625,6 +625,9 @@ def bench_writers_command(
             "--instances", min=1, help="Writer instances of a run; repeat for several runs."
         ),
     ] = None,
+    warm_up: Annotated[
+        bool, typer.Option(help="The writers' Spark warm-up beside the loop (their default).")
+    ] = True,
     out: Annotated[
         Path | None,
         typer.Option(help="Directory of the report (default <state>/bench/writers-<time>)."),
@@ -641,6 +644,7 @@ def bench_writers_command(
         partitions=partitions,
         keys=keys,
         instances=tuple(instances or (1, 2)),
+        warm_up=warm_up,
         out=out,
         command="icefjord bench writers " + " ".join(sys.argv[3:]),
     )

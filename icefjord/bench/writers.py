@@ -55,6 +55,9 @@ class WritersOptions:
     timeout_s: float = 3600.0
     out: Path | None = None
     command: str = ""
+    # The writer's Spark warm-up (each write path once on a throwaway table, beside the
+    # loop): it makes a fresh writer's first commits fast, and costs a drain CPU.
+    warm_up: bool = True
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,7 @@ class WritersReport:
     records: int
     partitions: int
     keys: int
+    warm_up: bool
     machine: str
     runs: tuple[WritersRun, ...] = field(default_factory=tuple)
 
@@ -132,7 +136,8 @@ def render(report: WritersReport) -> str:
         "",
         f"{report.records:,} change records of one table on {report.partitions} partitions "
         f"({report.keys:,} keys inserted, then updates and deletes of random keys), made "
-        "while no writer ran; the instances then started together in one consumer group.",
+        "while no writer ran; the instances then started together in one consumer group"
+        + ("." if report.warm_up else ", without the writer's Spark warm-up."),
         "",
         "| instances | wall s | records/s | after first commit s | records/s | CPU s "
         "| records per CPU s | commits | conflicts | table verified |",
@@ -211,7 +216,9 @@ def _produce(
     progress.update(task, completed=options.records)
 
 
-def _instance_env(settings: LocalSettings, topic: str, group: str, port: int) -> dict[str, str]:
+def _instance_env(
+    settings: LocalSettings, topic: str, group: str, port: int, warm_up: bool
+) -> dict[str, str]:
     from icefjord.local.services import WRITER, service_env
 
     return service_env(
@@ -222,6 +229,7 @@ def _instance_env(settings: LocalSettings, topic: str, group: str, port: int) ->
             "ICEFJORD_WRITER_GROUP_ID": group,
             "ICEFJORD_WRITER_CONTROL_TOPIC": f"icefjord.bench.control.{group}",
             "ICEFJORD_WRITER_METRICS__PORT": str(port),
+            "ICEFJORD_WRITER_WARM_UP": "true" if warm_up else "false",
         },
     )
 
@@ -303,7 +311,10 @@ def _drain(
             with (logs / f"{name}-{i}.log").open("wb") as out:
                 process = subprocess.Popen(
                     [sys.executable, "-m", "services.iceberg_writer"],
-                    env={**os.environ, **_instance_env(settings, topic, group, port)},
+                    env={
+                        **os.environ,
+                        **_instance_env(settings, topic, group, port, options.warm_up),
+                    },
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
@@ -424,6 +435,7 @@ def run_writers(
         records=options.records,
         partitions=options.partitions,
         keys=options.keys,
+        warm_up=options.warm_up,
         machine=f"{os.cpu_count()} cores, load at end {os.getloadavg()[0]:.1f}",
         runs=tuple(runs),
     )
