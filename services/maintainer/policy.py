@@ -8,9 +8,9 @@ text names the figures that fired, so a ``MaintenanceRequest`` explains itself.
 
 Defaults follow the field: compact a partition at 100 small files or a delete ratio of 0.3,
 or after 500 commits; rewrite position deletes at 50 delete files in a partition; expire
-snapshots older than 7 days, keeping the last 100 and never the latest snapshot carrying
-``icefjord.offsets``; remove orphans older than 3 days once a day; rewrite manifests past
-100.
+snapshots older than 7 days, keeping the last 100 and never a snapshot the writer resumes a
+partition from (``icefjord.offsets``); remove orphans older than 3 days once a day;
+rewrite manifests past 100.
 """
 
 from __future__ import annotations
@@ -157,7 +157,8 @@ class ExpirePlan:
 def expire_plan(health: TableHealth, policy: MaintenancePolicy, now_ms: int) -> ExpirePlan:
     """The expiry cutoff for ``health``: older than ``expire_max_age_s`` (or, past
     ``expire_max_snapshots``, older than the newest that many), but never later than the
-    latest snapshot carrying ``icefjord.offsets``, so that snapshot always survives
+    oldest snapshot the writer resumes a partition from (``health.offsets_snapshot_*``: the
+    latest carrying ``icefjord.offsets`` with one writer), so those always survive
     (Iceberg expires only snapshots strictly older than the cutoff)."""
     times = health.snapshot_times_ms
     cutoff = now_ms - int(policy.expire_max_age_s * 1000)
