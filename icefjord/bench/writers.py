@@ -82,7 +82,8 @@ class WritersRun:
 
     @property
     def drain_records_per_second(self) -> float:
-        return self.records / self.drain_seconds if self.drain_seconds else 0.0
+        """0 when the whole drain was one commit (nothing after the first to time)."""
+        return self.records / self.drain_seconds if self.drain_seconds >= 1 else 0.0
 
     @property
     def records_per_cpu_second(self) -> float | None:
@@ -234,22 +235,6 @@ def _instance_env(
     )
 
 
-def _metric_sum(text: str, name: str) -> int:
-    return int(
-        sum(float(m) for m in re.findall(rf"^{re.escape(name)}{{[^}}]*}} (\S+)$", text, re.M))
-    )
-
-
-def _scrape(port: int) -> str:
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-            return str(r.read().decode())
-    except OSError:
-        return ""
-
-
 def _verify(catalog: Any, table: str, expected: dict[int, int]) -> str:
     """ "" when the table holds one row per live key with its last change, else what differs."""
     rows = catalog.load_table(table).scan(selected_fields=("id", "customer")).to_arrow()
@@ -273,6 +258,7 @@ def _drain(
     console: Console,
 ) -> WritersRun:
     from icefjord.demo.catchup import end_offsets
+    from icefjord.demo.progress import scrape_all, total
     from services.iceberg_writer.tables import checkpoint_of
     from shared.catalog import open_catalog
     from shared.kafka import TopicRequest, ensure_topics, make_admin
@@ -351,10 +337,13 @@ def _drain(
         if reading is not None:
             by_instance = tuple(c.seconds for c in reading.components)
             cpu_seconds = sum(by_instance)
-        for _, port in processes:
-            text = _scrape(port)
-            commits += _metric_sum(text, "icefjord_writer_commits_total")
-            conflicts += _metric_sum(text, "icefjord_writer_commit_conflicts_total")
+        scrape = scrape_all(
+            {f"w{i}": f"http://127.0.0.1:{port}" for i, (_, port) in enumerate(processes)}, 0
+        )
+        for name in scrape.services:
+            samples = scrape.get(name)
+            commits += int(total(samples, "icefjord_writer_commits_total") or 0)
+            conflicts += int(total(samples, "icefjord_writer_commit_conflicts_total") or 0)
     finally:
         for process, _ in processes:
             if process.poll() is None:
