@@ -155,9 +155,9 @@ def render(report: WritersReport) -> str:
             f"| {run.commits} | {run.conflicts} "
             f"| {'yes' if run.verified else 'NO: ' + run.problem} |"
         )
-    single = [r for r in report.runs if r.instances == 1]
+    single = [r for r in report.runs if r.instances == 1 and r.drain_records_per_second]
     for run in report.runs:
-        if run.instances > 1 and single:
+        if run.instances > 1 and single and run.records_per_second:
             base = single[0]
             lines += [
                 "",
