@@ -25,10 +25,15 @@ SECURE_SUITE := tests/integration/test_security.py \
 help: ## Show this help
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
 
-$(BIN)/icefjord: pyproject.toml constraints.txt
+# The normalizer's compiled row path (native/, Rust): cargo's build is kept here between runs.
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/icefjord/cargo-target
+
+$(BIN)/icefjord: pyproject.toml constraints.txt native/Cargo.toml native/Cargo.lock native/src/lib.rs native/icefjord_native.pyi
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,bench,readers]'
+	@command -v cargo >/dev/null || { echo "building native/ needs Rust's cargo on PATH (https://rustup.rs)" >&2; exit 1; }
+	$(BIN)/pip install --quiet ./native
 	@touch $@
 
 install: $(BIN)/icefjord ## Create the virtual environment and install Icefjord with dev tools

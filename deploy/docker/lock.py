@@ -217,6 +217,8 @@ def render(image: str) -> str:
         roots.append(MYPYC_RUNTIME)
     pins = closure(roots)
     pins.pop("icefjord", None)
+    # Built from native/ with Rust, not on PyPI; an image without it takes the Python path.
+    pins.pop("icefjord-native", None)
     lines = [HEADER.format(image=image, package=package)]
     lines.append(f"# modules: {' '.join(_kept(found.modules))}\n")
     lines += [f"{name}=={pins[name]}\n" for name in sorted(pins)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import struct
 import time
 from collections import Counter
 from typing import Any, NamedTuple
@@ -29,6 +30,7 @@ from services.cdc_normalizer.pipeline import (
     ChangeOut,
     DeadLetter,
     Emit,
+    EncodedChange,
     Router,
     SourceRecord,
     avro_writer,
@@ -57,6 +59,7 @@ from shared.kafka import (
 from shared.registry import make_registry_client
 
 log = logging.getLogger(__name__)
+_HEADER = struct.Struct(">bI")  # the wire format: magic byte 0, schema id
 
 _IGNORED_CONSUMER_ERRORS = (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART)
 
@@ -146,6 +149,7 @@ class NormalizerService:
             dead_letter_topic=settings.dead_letter_topic,
             max_record_bytes=settings.max_record_bytes,
             wants_topic=settings.topic_filter(),
+            compiled_records=True,
         )
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -270,8 +274,23 @@ class NormalizerService:
         producer.begin_transaction()
         routed = [(record, self._router.route(record)) for record in records]
         # New tables' topics in one request: a snapshot starts many tables in one batch.
-        self._ensure_topics({c.topic for _, r in routed if isinstance(r, Emit) for c in r.changes})
+        self._ensure_topics(
+            {c.topic for _, r in routed if isinstance(r, Emit) for c in r.changes}
+            | {r.topic for _, r in routed if isinstance(r, EncodedChange)}
+        )
         for record, routing in routed:
+            if isinstance(routing, EncodedChange):
+                framed = self._framed(routing)
+                if framed is not None:
+                    self._produce(producer, routing.topic, framed[0], framed[1], None)
+                    counted = (routing.topic, routing.op)
+                    tally.changes[counted] = tally.changes.get(counted, 0) + 1
+                    if routing.topic not in tally.tables:
+                        tally.tables[routing.topic] = str(routing.table)
+                    continue
+                # Its schemas not registered yet in this process: the datum path does that.
+                routing = self._router.route(record, compiled=False)
+                assert not isinstance(routing, EncodedChange)
             if isinstance(routing, Emit):
                 try:
                     encoded = [self._encode(change) for change in routing.changes]
@@ -453,6 +472,25 @@ class NormalizerService:
             registered = json.dumps(json.loads(text), sort_keys=True)
             self._key_texts[text] = registered
         return registered
+
+    def _framed(self, change: EncodedChange) -> tuple[bytes, bytes] | None:
+        """The Kafka key and value of a change the compiled record path wrote, when the
+        topic's schemas are the ones registered last (as ``_encode`` checks); else None."""
+        known = self._encodings.get(change.topic)
+        schema = change.schema
+        if (
+            known is None
+            or known.row is not schema.row
+            or known.key is not schema.key
+            or known.table.name != schema.table.name
+            or known.table.namespace != schema.table.namespace
+        ):
+            return None
+        self._latest_value_schema[change.topic] = known.value_text
+        return (
+            _HEADER.pack(0, known.key_id) + change.key,
+            _HEADER.pack(0, known.value_id) + change.value,
+        )
 
     def _encode(self, change: ChangeOut) -> tuple[bytes | None, bytes]:
         """Register the schemas if needed and serialize one change (key, value); its topic

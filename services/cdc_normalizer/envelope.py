@@ -33,7 +33,16 @@ from services.cdc_normalizer.connect_schema import (
 )
 from services.cdc_normalizer.errors import InvalidJson, MalformedEnvelope, UnsupportedEnvelope
 
-__all__ = ["METADATA_PREFIX", "Envelope", "KeyStruct", "decode_json", "parse_key", "parse_value"]
+__all__ = [
+    "METADATA_PREFIX",
+    "Envelope",
+    "KeyStruct",
+    "decode_json",
+    "known_payloads",
+    "parse_key",
+    "parse_value",
+    "row_schema_of_envelope",
+]
 
 METADATA_PREFIX = "__"
 # Flattened metadata that is about the envelope, not the source position.
@@ -182,6 +191,10 @@ class _SchemaPrefixes:
             self._learn(raw, value["schema"])
         return split
 
+    def known(self, raw: bytes) -> tuple[bytes, ConnectSchema | None] | None:
+        """The remembered ``(prefix, schema)`` ``raw`` starts with, or None."""
+        return self._find(raw)
+
     def _find(self, raw: bytes) -> tuple[bytes, ConnectSchema | None] | None:
         last = self._last
         if last is not None and raw.startswith(last[0]):
@@ -255,6 +268,33 @@ def _payload_after_json(raw: bytes, start: int) -> Any:
     return payload if tail == "}" or tail.strip(_JSON_WHITESPACE) == "}" else _MISS
 
 
+def _payload_bounds(raw: bytes, prefixes: _SchemaPrefixes) -> tuple[ConnectSchema, int, int] | None:
+    known = prefixes.known(raw)
+    if known is None or known[1] is None:
+        return None
+    start = len(known[0])
+    close = len(raw.rstrip(_WHITESPACE_BYTES)) - 1
+    if start < close and raw[close] == 0x7D and raw[start] not in _WHITESPACE_BYTES:
+        return known[1], start, close
+    return None
+
+
+def known_payloads(
+    key: bytes, value: bytes
+) -> tuple[tuple[ConnectSchema, int, int], tuple[ConnectSchema, int, int]] | None:
+    """For JsonConverter key and value bytes that start with remembered schema blocks (not
+    null): each one's ``(schema, start, end)``, its payload being ``raw[start:end]`` exactly
+    when only ``}`` and whitespace follow it (what :func:`parse_key` and :func:`parse_value`
+    would decode). None otherwise."""
+    value_part = _payload_bounds(value, _VALUE_PREFIXES)
+    if value_part is None:
+        return None
+    key_part = _payload_bounds(key, _KEY_PREFIXES)
+    if key_part is None:
+        return None
+    return key_part, value_part
+
+
 _KEY_PREFIXES = _SchemaPrefixes("key")
 _VALUE_PREFIXES = _SchemaPrefixes("value")
 
@@ -280,7 +320,10 @@ def parse_key(raw: Any, given_schema: ConnectSchema | None) -> KeyStruct:
     return KeyStruct(payload, schema)
 
 
-def _row_schema_of_envelope(schema: ConnectSchema | None) -> ConnectSchema | None:
+def row_schema_of_envelope(schema: ConnectSchema | None) -> ConnectSchema | None:
+    """The row STRUCT (made required) of a full envelope's value schema, one object per
+    schema object; None when it has no image struct. Raises :class:`MalformedEnvelope` for a
+    value schema that is not a struct."""
     if schema is None:
         return None
     return _ENVELOPE_ROWS.get(schema, _envelope_row)
@@ -319,7 +362,7 @@ def _full(payload: Mapping[str, Any], schema: ConnectSchema | None) -> Envelope:
         source=source,
         ts_ms=payload.get("ts_ms"),
         transaction_id=None if tx_id is None else str(tx_id),
-        row_schema=_row_schema_of_envelope(schema),
+        row_schema=row_schema_of_envelope(schema),
         flattened=False,
     )
 

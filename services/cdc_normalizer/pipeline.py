@@ -26,7 +26,9 @@ from typing import Any
 import fastavro
 
 from services.cdc_normalizer.connect_schema import ConnectSchema, connect_schema_from_avro
+from services.cdc_normalizer.envelope import known_payloads
 from services.cdc_normalizer.errors import InvalidSchema, NormalizeError
+from services.cdc_normalizer.native_row import RecordProgram, record_program
 from services.cdc_normalizer.normalize import (
     DebeziumMessage,
     Normalized,
@@ -34,9 +36,11 @@ from services.cdc_normalizer.normalize import (
     Operation,
     Origin,
     RejectedRecord,
+    TableOverrides,
     Tombstone,
     normalize,
 )
+from services.cdc_normalizer.plan import table_plan
 from services.cdc_normalizer.table_schema import TableId, TableSchema
 from shared.avro import MAGIC_BYTE, WireFormatError, split_header
 from shared.avro_decoder import AvroDecoder
@@ -181,7 +185,38 @@ class Skip:
     reason: str
 
 
-Routing = Emit | DeadLetter | Skip
+@dataclass(frozen=True, slots=True, init=False)
+class EncodedChange:
+    """A change record the compiled record path wrote whole (``native_row``): where it goes,
+    its table schema, and the Avro bodies of its Kafka key and value, without the wire format's
+    header (the service puts the registered ids there)."""
+
+    topic: str
+    table: TableId
+    op: Operation
+    schema: TableSchema
+    key: bytes
+    value: bytes
+
+    # Written out: mypyc compiles it; the one dataclass generates stays interpreted.
+    def __init__(
+        self,
+        topic: str,
+        table: TableId,
+        op: Operation,
+        schema: TableSchema,
+        key: bytes,
+        value: bytes,
+    ) -> None:
+        object.__setattr__(self, "topic", topic)
+        object.__setattr__(self, "table", table)
+        object.__setattr__(self, "op", op)
+        object.__setattr__(self, "schema", schema)
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "value", value)
+
+
+Routing = Emit | EncodedChange | DeadLetter | Skip
 
 _TOPIC_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -254,6 +289,8 @@ class Router:
     max_record_bytes: int
     wants_topic: Callable[[str], bool] = field(default=lambda topic: True)
     options: NormalizeOptions = field(default_factory=NormalizeOptions)
+    compiled_records: bool = False
+    """Whether :meth:`route` may give an :class:`EncodedChange` (its caller frames it)."""
 
     def _dead(self, record: SourceRecord, reason: str, error_class: str, message: str) -> Routing:
         return dead_letter(
@@ -265,14 +302,22 @@ class Router:
             failed_at_ms=self.clock_ms(),
         )
 
-    def route(self, record: SourceRecord) -> Routing:
-        """Route one record. Raises only RetryableError (from ``lookup``)."""
+    def route(self, record: SourceRecord, compiled: bool = True) -> Routing:
+        """Route one record. Raises only RetryableError (from ``lookup``).
+
+        With ``compiled_records`` (and ``compiled``), a record the compiled record path writes
+        comes back as an :class:`EncodedChange`; ``compiled=False`` gives its :class:`Emit`.
+        """
         if not self.wants_topic(record.topic):
             return Skip("excluded")
         size = len(record.key or b"") + len(record.value or b"")
         if size > self.max_record_bytes:
             message = f"record of {size} bytes exceeds max_record_bytes={self.max_record_bytes}"
             return self._dead(record, "oversized", "RecordTooLarge", message)
+        if compiled and self.compiled_records and _without_overrides(self.options):
+            encoded = _encoded(record, self.options.unavailable_value)
+            if encoded is not None:
+                return encoded
         try:
             key, key_schema = decode_side(record.key, self.lookup)
             value, value_schema = decode_side(record.value, self.lookup)
@@ -289,6 +334,68 @@ class Router:
         if isinstance(result, Tombstone):
             return Skip("tombstone")
         return Emit(tuple(_change_out(result, i) for i in range(len(result.changes))))
+
+
+_NO_OVERRIDES = TableOverrides()
+_OPERATIONS = (Operation.CREATE, Operation.UPDATE, Operation.DELETE, Operation.READ)
+# (namespace, table, program) -> (program, table, its schema, its changes topic)
+_TARGETS: dict[tuple[str, str, int], tuple[RecordProgram, TableId, TableSchema, str]] = {}
+
+
+def _without_overrides(options: NormalizeOptions) -> bool:
+    """Whether ``options`` leave every table as its records say (no key columns, table or
+    row schema from the settings): the compiled record path knows nothing of overrides."""
+    return not options.tables and options.default == _NO_OVERRIDES
+
+
+def _encoded(record: SourceRecord, placeholder: str) -> EncodedChange | None:
+    key, value = record.key, record.value
+    if type(key) is not bytes or type(value) is not bytes:
+        return None
+    payloads = known_payloads(key, value)
+    if payloads is None:
+        return None
+    (key_schema, key_start, key_end), (value_schema, value_start, value_end) = payloads
+    program = record_program(value_schema, key_schema, placeholder)
+    if program is None:
+        return None
+    written = program.compiled.record(
+        value,
+        value_start,
+        value_end,
+        key,
+        key_start,
+        key_end,
+        record.topic,
+        record.partition,
+        record.offset,
+        record.timestamp_ms,
+    )
+    if written is None:
+        return None
+    namespace, name, op, key_body, value_body = written
+    target = _TARGETS.get((namespace, name, id(program)))
+    if target is None or target[0] is not program:
+        target = _target(namespace, name, program)
+        if target is None:
+            return None
+    _, table, schema, topic = target
+    return EncodedChange(topic, table, _OPERATIONS[op], schema, key_body, value_body)
+
+
+def _target(
+    namespace: str, name: str, program: RecordProgram
+) -> tuple[RecordProgram, TableId, TableSchema, str] | None:
+    table = TableId(namespace, name)
+    try:
+        plan = table_plan(table, program.row, program.columns, program.key_schema)
+    except NormalizeError:
+        return None  # the Python path reports it, record by record
+    target = (program, table, plan.schema, changes_topic(table))
+    if len(_TARGETS) >= 4096:
+        _TARGETS.clear()
+    _TARGETS[(namespace, name, id(program))] = target
+    return target
 
 
 def _change_out(result: Normalized, index: int) -> ChangeOut:
