@@ -38,7 +38,21 @@ if [[ "$bases" == local ]]; then
         --build-arg JRE_IMAGE=icefjord-base/jre:17
         --build-arg MAVEN_IMAGE=icefjord-base/maven:3)
 fi
+native_wheel() {
+  # The normalizer's compiled record path, built on this machine (cargo, maturin) for the
+  # image to install; without it the image takes the Python path, and says so here.
+  rm -f deploy/docker/native-wheels/*.whl
+  local python="${ICEFJORD_PYTHON:-$root/.venv/bin/python}"
+  if command -v cargo >/dev/null && [[ -x "$python" ]] \
+      && "$python" -m pip wheel --quiet --no-deps -w deploy/docker/native-wheels ./native; then
+    echo "== native/ built: $(basename deploy/docker/native-wheels/*.whl)"
+  else
+    echo "== WARNING: native/ not built (needs cargo and $python): the cdc-normalizer image takes the Python path" >&2
+  fi
+}
+
 for service in "${services[@]}"; do
+  [[ "$service" == cdc-normalizer ]] && native_wheel
   tag="icefjord/$service:$version"
   echo "== building $tag ($bases bases)"
   start=$SECONDS

@@ -14,6 +14,9 @@ COPY contracts /src/contracts
 COPY shared /src/shared
 COPY services /src/services
 COPY icefjord /src/icefjord
+# The compiled record path (native/, Rust), built on the host by build-images.sh; an empty
+# folder leaves the image on the Python path.
+COPY deploy/docker/native-wheels /tmp/native-wheels
 # The per-record modules are compiled with mypyc (setup.py), about twice the changes/s of
 # plain CPython; gcc and mypy stay in this stage.
 RUN icefjord-install service /tmp/requirements.txt compiled

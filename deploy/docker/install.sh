@@ -30,6 +30,12 @@ if [[ "$step" == deps ]]; then
   exit 0
 fi
 
+# A wheel of native/ the image build was given (the normalizer's compiled record path). It
+# goes in first: mypyc reads its types.
+if compgen -G "/tmp/native-wheels/*.whl" >/dev/null; then
+  "$venv/bin/pip" install --no-deps /tmp/native-wheels/*.whl
+fi
+
 # "# modules: contracts services.cdc_normalizer shared" lists what the service imports.
 read -r -a keep <<<"$(sed -n 's/^# modules: //p' "$requirements")"
 if [[ "$compiled" == compiled ]]; then

@@ -39,10 +39,12 @@ from services.cdc_normalizer.logical_types import (
 )
 from services.cdc_normalizer.table_schema import key_struct
 
+# The ignores hold for a type check without the extension installed (an image built with
+# no wheel of native/): the module is then unknown, and None fits it.
 try:
-    import icefjord_native
-except ImportError:  # pragma: no cover - the images and CI build it; a bare checkout may not
-    icefjord_native = None  # type: ignore[assignment]
+    import icefjord_native  # type: ignore[import-not-found,unused-ignore]
+except ImportError:  # pragma: no cover - make install and CI build it; a bare checkout may not
+    icefjord_native = None  # type: ignore[assignment,unused-ignore]
 
 __all__ = ["AVAILABLE", "RecordProgram", "record_program", "row_program"]
 
