@@ -33,6 +33,11 @@ def parse(schema: Mapping[str, Any] | str) -> Any:
     return fastavro.parse_schema(raw)
 
 
+def frame(schema_id: int, body: bytes) -> bytes:
+    """An Avro ``body`` already written, framed under ``schema_id``."""
+    return _HEADER.pack(MAGIC_BYTE, schema_id) + body
+
+
 def encode(schema_id: int, parsed_schema: Any, record: Any) -> bytes:
     """Frame ``record`` written with ``parsed_schema`` under ``schema_id``."""
     body = io.BytesIO()

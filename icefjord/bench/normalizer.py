@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import json
-import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from services.cdc_normalizer.pipeline import (
     avro_writer,
 )
 from services.cdc_normalizer.table_schema import key_schema_text, value_schema_text
-from shared.avro import WireFormatError, encode, parse
+from shared.avro import WireFormatError, encode, frame, parse
 
 InputFormat = Literal["json", "avro"]
 TOPIC = "shop.public.orders"
@@ -311,10 +310,7 @@ class _Encoder:
         """A change the compiled record path wrote, framed as the service frames it."""
         value_id, _ = self._schema(value_schema_text(change.schema))
         key_id, _ = self._schema(key_schema_text(change.schema))
-        return _HEADER.pack(0, key_id) + change.key, _HEADER.pack(0, value_id) + change.value
-
-
-_HEADER = struct.Struct(">bI")
+        return frame(key_id, change.key), frame(value_id, change.value)
 
 
 def run_bench(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import struct
 import time
 from collections import Counter
 from typing import Any, NamedTuple
@@ -45,7 +44,7 @@ from services.cdc_normalizer.table_schema import (
     key_schema_text,
     value_schema_text,
 )
-from shared.avro import AvroCodec, WireFormatError
+from shared.avro import AvroCodec, WireFormatError, frame
 from shared.errors import FatalError, RetryableError
 from shared.histograms import observe_many
 from shared.kafka import (
@@ -59,7 +58,6 @@ from shared.kafka import (
 from shared.registry import make_registry_client
 
 log = logging.getLogger(__name__)
-_HEADER = struct.Struct(">bI")  # the wire format: magic byte 0, schema id
 
 _IGNORED_CONSUMER_ERRORS = (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART)
 
@@ -84,6 +82,13 @@ class _Tally:
         self.changes: dict[tuple[str, Operation], int] = {}
         self.tables: dict[str, str] = {}
         self.other: Counter[tuple[str, str]] = Counter()
+
+    def count(self, topic: str, op: Operation, table: TableId) -> None:
+        """One change written to ``topic``."""
+        counted = (topic, op)
+        self.changes[counted] = self.changes.get(counted, 0) + 1
+        if topic not in self.tables:
+            self.tables[topic] = str(table)
 
 
 class _Encoding(NamedTuple):
@@ -283,10 +288,7 @@ class NormalizerService:
                 framed = self._framed(routing)
                 if framed is not None:
                     self._produce(producer, routing.topic, framed[0], framed[1], None)
-                    counted = (routing.topic, routing.op)
-                    tally.changes[counted] = tally.changes.get(counted, 0) + 1
-                    if routing.topic not in tally.tables:
-                        tally.tables[routing.topic] = str(routing.table)
+                    tally.count(routing.topic, routing.op, routing.table)
                     continue
                 # Its schemas not registered yet in this process: the datum path does that.
                 routing = self._router.route(record, compiled=False)
@@ -304,13 +306,9 @@ class NormalizerService:
                         failed_at_ms=_now_ms(),
                     )
                 else:
-                    changes = tally.changes
                     for change, (key, value) in zip(routing.changes, encoded, strict=True):
                         self._produce(producer, change.topic, key, value, None)
-                        counted = (change.topic, change.op)
-                        changes[counted] = changes.get(counted, 0) + 1
-                        if change.topic not in tally.tables:
-                            tally.tables[change.topic] = str(change.table)
+                        tally.count(change.topic, change.op, change.table)
                     continue
             if isinstance(routing, DeadLetter):
                 self._produce(producer, routing.topic, routing.key, routing.value, routing.headers)
@@ -473,42 +471,35 @@ class NormalizerService:
             self._key_texts[text] = registered
         return registered
 
-    def _framed(self, change: EncodedChange) -> tuple[bytes, bytes] | None:
-        """The Kafka key and value of a change the compiled record path wrote, when the
-        topic's schemas are the ones registered last (as ``_encode`` checks); else None."""
-        known = self._encodings.get(change.topic)
-        schema = change.schema
+    def _current(self, topic: str, schema: TableSchema | None) -> _Encoding | None:
+        """The topic's last encoding when ``schema`` is built from the same parts (a
+        TableSchema per record): what ``_register`` and ``_key_text`` decided still holds."""
+        known = self._encodings.get(topic)
         if (
             known is None
+            or schema is None
             or known.row is not schema.row
             or known.key is not schema.key
             or known.table.name != schema.table.name
             or known.table.namespace != schema.table.namespace
         ):
             return None
-        self._latest_value_schema[change.topic] = known.value_text
-        return (
-            _HEADER.pack(0, known.key_id) + change.key,
-            _HEADER.pack(0, known.value_id) + change.value,
-        )
+        self._latest_value_schema[topic] = known.value_text
+        return known
+
+    def _framed(self, change: EncodedChange) -> tuple[bytes, bytes] | None:
+        """The Kafka key and value of a change the compiled record path wrote, when the
+        topic's schemas are registered already (see ``_current``); else None."""
+        known = self._current(change.topic, change.schema)
+        if known is None:
+            return None
+        return frame(known.key_id, change.key), frame(known.value_id, change.value)
 
     def _encode(self, change: ChangeOut) -> tuple[bytes | None, bytes]:
         """Register the schemas if needed and serialize one change (key, value); its topic
         exists already (``_transact`` creates a batch's new topics first)."""
-        schema = change.schema
-        known = self._encodings.get(change.topic)
-        if (
-            known is not None
-            and schema is not None
-            and known.row is schema.row
-            and known.key is schema.key
-            and known.table.name == schema.table.name
-            and known.table.namespace == schema.table.namespace
-            and change.key is not None
-        ):
-            # The topic's last schema again (a TableSchema per record, built from the same
-            # parts): what _register and _key_text decided for it still holds.
-            self._latest_value_schema[change.topic] = known.value_text
+        known = self._current(change.topic, change.schema) if change.key is not None else None
+        if known is not None:
             try:
                 return (
                     known.key_encoder.frame(known.key_id, change.key),

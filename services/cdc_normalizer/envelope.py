@@ -247,8 +247,8 @@ _WHITESPACE_BYTES = _JSON_WHITESPACE.encode()
 def _payload_after(raw: bytes, start: int) -> Any:
     """The JSON value at ``raw[start:]`` when only ``}`` and whitespace follow it, else _MISS
     (which sends the record down the full path)."""
-    close = len(raw.rstrip(_WHITESPACE_BYTES)) - 1
-    if start < close and raw[close] == 0x7D and raw[start] not in _WHITESPACE_BYTES:
+    close = _payload_close(raw, start)
+    if close >= 0:
         # What json's raw_decode below returns for well-formed input (it too refuses
         # whitespace before the value); anything msgspec refuses goes that way.
         try:
@@ -256,6 +256,15 @@ def _payload_after(raw: bytes, start: int) -> Any:
         except Exception:
             pass
     return _payload_after_json(raw, start)
+
+
+def _payload_close(raw: bytes, start: int) -> int:
+    """Where the payload at ``raw[start:]`` ends when it starts with its value and only ``}``
+    and whitespace follow it (the index of that ``}``); -1 otherwise."""
+    close = len(raw.rstrip(_WHITESPACE_BYTES)) - 1
+    if start < close and raw[close] == 0x7D and raw[start] not in _WHITESPACE_BYTES:
+        return close
+    return -1
 
 
 def _payload_after_json(raw: bytes, start: int) -> Any:
@@ -273,10 +282,8 @@ def _payload_bounds(raw: bytes, prefixes: _SchemaPrefixes) -> tuple[ConnectSchem
     if known is None or known[1] is None:
         return None
     start = len(known[0])
-    close = len(raw.rstrip(_WHITESPACE_BYTES)) - 1
-    if start < close and raw[close] == 0x7D and raw[start] not in _WHITESPACE_BYTES:
-        return known[1], start, close
-    return None
+    close = _payload_close(raw, start)
+    return None if close < 0 else (known[1], start, close)
 
 
 def known_payloads(

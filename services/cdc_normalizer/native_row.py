@@ -29,9 +29,14 @@ import os
 from typing import Any
 
 from services.cdc_normalizer.connect_schema import ConnectKind, ConnectSchema, LogicalName
+from services.cdc_normalizer.converters import _LOCAL_TIMESTAMP_UNITS, _TIME_UNITS
 from services.cdc_normalizer.envelope import row_schema_of_envelope
 from services.cdc_normalizer.errors import NormalizeError
 from services.cdc_normalizer.logical_types import (
+    _DATE,
+    _LOCAL_TS,
+    _TIME_MICROS,
+    _UTC_TS,
     RecordNamer,
     _is_decimal_string,
     avro_type,
@@ -55,18 +60,6 @@ does not say ``ICEFJORD_NATIVE_ROWS=off`` (for side-by-side measurements)."""
 ColumnSpec = tuple[str, int, int]
 """``(kind, a, b)`` of one column, as ``icefjord_native.RowProgram`` takes it."""
 
-_LOCAL_TIMESTAMPS: dict[str, tuple[int, int]] = {
-    LogicalName.CONNECT_TIMESTAMP: (1000, 0),
-    LogicalName.TIMESTAMP: (1000, 0),
-    LogicalName.MICRO_TIMESTAMP: (1, 0),
-    LogicalName.NANO_TIMESTAMP: (1, 1),
-}
-_TIMES: dict[str, tuple[int, int]] = {
-    LogicalName.CONNECT_TIME: (1000, 0),
-    LogicalName.TIME: (1000, 0),
-    LogicalName.MICRO_TIME: (1, 0),
-    LogicalName.NANO_TIME: (1, 1),
-}
 _INT_BITS = {ConnectKind.INT8: 8, ConnectKind.INT16: 16, ConnectKind.INT32: 32}
 _PLAIN: dict[ConnectKind, tuple[ColumnSpec, Any]] = {
     ConnectKind.INT64: (("long", 0, 0), "long"),
@@ -101,19 +94,18 @@ def _spec(schema: ConnectSchema) -> tuple[ColumnSpec, Any] | None:
             "scale": target_scale,
         }
         return ("decimal", precision, target_scale), avro
-    if name in _LOCAL_TIMESTAMPS:
-        unit, nanos = _LOCAL_TIMESTAMPS[name]
-        avro = {"type": "long", "logicalType": "local-timestamp-micros"}
-        return ("local-timestamp", unit, nanos), avro
-    if name in _TIMES:
-        unit, nanos = _TIMES[name]
-        return ("time", unit, nanos), {"type": "long", "logicalType": "time-micros"}
+    if name in _LOCAL_TIMESTAMP_UNITS:
+        unit, nanos = _LOCAL_TIMESTAMP_UNITS[name]
+        return ("local-timestamp", unit, int(nanos)), _LOCAL_TS
+    if name in _TIME_UNITS:
+        unit, nanos = _TIME_UNITS[name]
+        return ("time", unit, int(nanos)), _TIME_MICROS
     if name in (LogicalName.DATE, LogicalName.CONNECT_DATE):
-        return ("date", 0, 0), {"type": "int", "logicalType": "date"}
+        return ("date", 0, 0), _DATE
     if name == LogicalName.UUID:
         return ("uuid", 0, 0), {"type": "string", "logicalType": "uuid"}
     if name == LogicalName.ZONED_TIMESTAMP:
-        return ("zoned-timestamp", 0, 0), {"type": "long", "logicalType": "timestamp-micros"}
+        return ("zoned-timestamp", 0, 0), _UTC_TS
     if name == LogicalName.YEAR:
         return ("named-int", 32, 0), "int"
     if name == LogicalName.MICRO_DURATION:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import decimal
 import json
-import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +41,7 @@ from services.cdc_normalizer.table_schema import (
     value_schema,
     value_schema_text,
 )
+from shared.avro import frame
 
 pytestmark = [
     pytest.mark.unit,
@@ -392,14 +392,7 @@ class _Framer:
         if isinstance(routing, EncodedChange):
             key_id = self._id(key_schema_text(routing.schema))
             value_id = self._id(value_schema_text(routing.schema))
-            header = struct.Struct(">bI").pack
-            return [
-                (
-                    routing.topic,
-                    header(0, key_id) + routing.key,
-                    header(0, value_id) + routing.value,
-                )
-            ]
+            return [(routing.topic, frame(key_id, routing.key), frame(value_id, routing.value))]
         if isinstance(routing, Emit) and all(c.key is not None for c in routing.changes):
             out = []
             for change in routing.changes:
