@@ -366,7 +366,11 @@ def run_drain(
         settings,
         SERVICE_NAMES,
         source_topic_prefix=demo.topic_prefix,
-        extra_env={"writer": {"ICEFJORD_WRITER_TOPIC_PATTERN": rf"^{own}[^.]+$"}},
+        extra_env={
+            "writer": {"ICEFJORD_WRITER_TOPIC_PATTERN": rf"^{own}[^.]+$"},
+            # Nor their maintenance: a compaction of an earlier run's table is not this drain's.
+            "maintainer": {"ICEFJORD_MAINTAINER_INCLUDE": rf"{re.escape(source.names.schema)}\.[^.]+"},
+        },
     )
     build = normalizer_build(services)
     kafka = settings.kafka_settings()
