@@ -7,9 +7,10 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field
 from pyspark.sql import SparkSession
@@ -46,11 +47,7 @@ def build_spark_session(
     app_name: str, spark: SparkSettings, catalog: CatalogSettings
 ) -> SparkSession:
     """Create (or return the running) SparkSession with the Iceberg catalog ``catalog.name``."""
-    jars = sorted(glob.glob(spark.jars)) if spark.jars else []
-    if spark.jars and not jars:
-        raise FileNotFoundError(
-            f"no Spark jars match {spark.jars}; run `icefjord local up` to fetch them"
-        )
+    jars = spark_jars(spark)
     if spark.master.startswith("local"):
         # One machine: bind the driver to loopback rather than warn on every start that the
         # hostname resolves there. Executors elsewhere (Kubernetes) need the real address.
@@ -99,6 +96,47 @@ def build_spark_session(
     session.sparkContext.setLogLevel("WARN")
     log.info("spark session ready", extra={"master": spark.master, "catalog": catalog.name})
     return session
+
+
+def spark_jars(spark: SparkSettings) -> list[str]:
+    """The jars ``spark.jars`` names; FileNotFoundError when its pattern matches none (a
+    check a service can make at start without starting the JVM)."""
+    jars = sorted(glob.glob(spark.jars)) if spark.jars else []
+    if spark.jars and not jars:
+        raise FileNotFoundError(
+            f"no Spark jars match {spark.jars}; run `icefjord local up` to fetch them"
+        )
+    return jars
+
+
+class LazySparkSession:
+    """A SparkSession started on first use, standing in for it: attributes are the
+    session's. For a service that may go a long time without a Spark job (the maintainer
+    until its first action): an unused JVM costs seconds of CPU to start and its heap.
+    """
+
+    def __init__(self, build: Callable[[], SparkSession]) -> None:
+        self._build = build
+        self._session: SparkSession | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._session is not None
+
+    def session(self) -> SparkSession:
+        """The session, started now if it was not yet; raises what starting it raises."""
+        if self._session is None:
+            self._session = self._build()
+        return self._session
+
+    def stop(self) -> None:
+        """Stop the session if it was started."""
+        if self._session is not None:
+            self._session.stop()
+            self._session = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.session(), name)
 
 
 @contextmanager

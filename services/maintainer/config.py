@@ -144,9 +144,9 @@ class MaintainerSettings(ServiceSettings):
     )
     warm_up: bool = Field(
         default=True,
-        description="Run each maintenance procedure once on a throwaway table at start, so "
-        "the first real compaction (which holds the table's lease) does not pay for the "
-        "JVM's first compilation of the rewrite path.",
+        description="Run each maintenance procedure once on a throwaway table before the "
+        "first action, outside its lease, so the first real compaction (which holds the "
+        "table's lease) does not pay for the JVM's first compilation of the rewrite path.",
     )
     create_control_topic: bool = True
     topic_replication_factor: int | None = Field(default=None, ge=1)

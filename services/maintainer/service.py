@@ -214,8 +214,12 @@ class MaintainerService:
         metrics: MaintainerMetrics,
         board: HealthBoard,
         clock: Callable[[], float] = time.time,
+        before_first_action: Callable[[], None] | None = None,
     ) -> None:
         self._settings = settings
+        self._before_first_action = before_first_action
+        """Run once, before the first action is announced (the JVM's warm-up,
+        ``services.maintainer.warm``): a maintainer that never acts never pays for it."""
         self._source = source
         self._publisher = publisher
         self._executor = executor
@@ -439,6 +443,9 @@ class MaintainerService:
         Raises RetryableError only when the announcement cannot be delivered (then nothing
         ran); a result that cannot be delivered stays in the outbox.
         """
+        if self._before_first_action is not None:
+            self._before_first_action()  # raises: tried again before the next action
+            self._before_first_action = None
         if announce:
             self._publisher.publish(
                 ControlEvent.new(request.table, request, producer=self._settings.producer)
@@ -527,11 +534,13 @@ def build_service(
     metrics_registry: Any,
     stop: threading.Event,
     clock: Callable[[], float] = time.time,
+    before_first_action: Callable[[], None] | None = None,
 ) -> MaintainerService:
     """Wire a :class:`MaintainerService` to Kafka, the catalog and Spark.
 
     ``registry`` is the schema registry client; ``metrics_registry`` the Prometheus
-    registry the metrics go on. The caller owns (and closes) the clients.
+    registry the metrics go on; ``before_first_action`` runs once before the first action.
+    The caller owns (and closes) the clients.
     """
     codec = AvroCodec(registry)
     topic = settings.control_topic
@@ -560,4 +569,5 @@ def build_service(
         metrics=metrics,
         board=board,
         clock=clock,
+        before_first_action=before_first_action,
     )

@@ -138,7 +138,7 @@ class FakeTables:
 
 
 def make(
-    executor: Any = None, **settings: Any
+    executor: Any = None, before_first_action: Any = None, **settings: Any
 ) -> tuple[MaintainerService, FakeSource, FakePublisher, FakeTables, Clock, CollectorRegistry]:
     clock = Clock()
     source, publisher, tables = FakeSource(), FakePublisher(), FakeTables(clock)
@@ -154,6 +154,7 @@ def make(
         metrics=MaintainerMetrics.create(registry, board.snapshot, clock),
         board=board,
         clock=clock,
+        before_first_action=before_first_action,
     )
     return service, source, publisher, tables, clock, registry
 
@@ -225,6 +226,25 @@ def test_a_fragmented_table_is_compacted_request_first_result_after() -> None:
     clock.now += 61
     service.step()
     assert len(publisher.sent) == 4
+
+
+def test_the_warm_up_runs_once_before_the_first_action_and_never_without_one() -> None:
+    calls: list[int] = []
+    service, _, publisher, tables, clock, _ = make(
+        before_first_action=lambda: calls.append(len(publisher.sent))
+    )
+    tables.files = 5  # healthy: nothing to do
+    for _ in range(3):
+        service.step()
+        clock.now += 120
+    assert calls == [] and publisher.sent == []
+    tables.files = 150
+    service.step()
+    assert calls == [0]  # before the request was announced
+    assert len(publisher.sent) == 2
+    clock.now += 120
+    service.step()
+    assert len(publisher.sent) == 4 and calls == [0]
 
 
 def test_commit_events_trigger_an_early_look_once_a_trigger_may_be_crossed() -> None:
