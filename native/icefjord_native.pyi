@@ -1,4 +1,5 @@
-"""Types of the compiled record path (``native/src/lib.rs``); see ``services/cdc_normalizer/native_row.py``."""
+"""Types of the compiled record path (``native/src/lib.rs``); see
+``services/cdc_normalizer/native_row.py``."""
 
 ColumnSpecs = list[tuple[str, str, int, int, bool]]
 

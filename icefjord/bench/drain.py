@@ -362,6 +362,7 @@ def run_drain(
     assert isinstance(source, PostgresDemoSource)
     # Only this run's change topics: earlier runs' tables must not be charged to this one.
     own = re.escape(f"{CHANGES_TOPIC_PREFIX}{source.names.schema}.")
+    namespace = re.escape(source.names.schema)
     services = service_processes(
         settings,
         SERVICE_NAMES,
@@ -369,7 +370,7 @@ def run_drain(
         extra_env={
             "writer": {"ICEFJORD_WRITER_TOPIC_PATTERN": rf"^{own}[^.]+$"},
             # Nor their maintenance: a compaction of an earlier run's table is not this drain's.
-            "maintainer": {"ICEFJORD_MAINTAINER_INCLUDE": rf"{re.escape(source.names.schema)}\.[^.]+"},
+            "maintainer": {"ICEFJORD_MAINTAINER_INCLUDE": rf"{namespace}\.[^.]+"},
         },
     )
     build = normalizer_build(services)
