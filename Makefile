@@ -25,10 +25,11 @@ SECURE_SUITE := tests/integration/test_security.py \
 help: ## Show this help
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
 
-# The normalizer's compiled row path (native/, Rust): cargo's build is kept here between runs.
+# The compiled paths of the normalizer and the writer (native/, Rust): cargo's build is kept
+# here between runs.
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/icefjord/cargo-target
 
-$(BIN)/icefjord: pyproject.toml constraints.txt native/Cargo.toml native/Cargo.lock native/src/lib.rs native/icefjord_native.pyi
+$(BIN)/icefjord: pyproject.toml constraints.txt native/Cargo.toml native/Cargo.lock $(wildcard native/src/*.rs) native/icefjord_native.pyi
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,bench,readers]'

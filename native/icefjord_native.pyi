@@ -1,5 +1,6 @@
-"""Types of the compiled record path (``native/src/lib.rs``); see
-``services/cdc_normalizer/native_row.py``."""
+"""Types of the compiled paths: the normalizer's records (``native/src/lib.rs``, see
+``services/cdc_normalizer/native_row.py``) and the writer's changes (``native/src/change.rs``,
+see ``services/iceberg_writer/native_changes.py``)."""
 
 ColumnSpecs = list[tuple[str, str, int, int, bool]]
 
@@ -24,3 +25,15 @@ class RecordProgram:
         offset: int,
         timestamp_ms: int | None,
     ) -> tuple[str, str, int, bytes, bytes] | None: ...
+
+Target = tuple[str, str, int, int]
+Buffers = tuple[int, bytes | None, bytes | None, bytes]
+
+class ChangeProgram:
+    def __init__(self, schema: str, keys: list[str]) -> None: ...
+    def decode(
+        self, value: bytes, start: int
+    ) -> tuple[int, str, int, tuple[int | str, ...], int, tuple[str, ...] | None] | None: ...
+    def columns(
+        self, rows: list[tuple[bytes, int] | None], targets: list[Target]
+    ) -> list[Buffers] | None: ...

@@ -21,6 +21,8 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap};
 
+mod change;
+
 const MIN_DAYS: i64 = -719_162; // 0001-01-01
 const MAX_DAYS: i64 = 2_932_896; // 9999-12-31
 const MIN_MICROS: i64 = -62_135_596_800_000_000; // 0001-01-01T00:00:00
@@ -809,5 +811,6 @@ fn utc_micros(text: &str) -> Step<i64> {
 fn icefjord_native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<RowProgram>()?;
     module.add_class::<RecordProgram>()?;
+    module.add_class::<change::ChangeProgram>()?;
     Ok(())
 }

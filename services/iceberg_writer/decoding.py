@@ -11,12 +11,16 @@ import fastavro
 from confluent_kafka import Message
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from services.iceberg_writer.changes import Change
+from services.iceberg_writer.changes import Change, Op
+from services.iceberg_writer.native_changes import EncodedRow, change_program
 from services.iceberg_writer.records import change_of
 from services.iceberg_writer.state import TableState
 from shared.avro import AvroCodec, WireFormatError, split_header
 from shared.avro_decoder import AvroDecoder
 from shared.errors import RetryableError
+
+_OPS = (Op.CREATE, Op.UPDATE, Op.DELETE, Op.READ, Op.TRUNCATE)  # the program's op indexes
+HEADER_SIZE = 5  # Confluent's wire format: magic byte and schema id
 
 # The change record's fields decode reads; the others are skipped (AvroDecoder).
 DECODED = frozenset({"op", "position", "source_ts_ms", "key", "after", "unchanged"})
@@ -30,6 +34,8 @@ class ChangeDecoder:
         self._codec = codec
         self._raw_schemas: dict[int, dict[str, Any]] = {}
         self._decoders: dict[int, AvroDecoder] = {}
+        self._programs: dict[tuple[int, tuple[str, ...]], Any] = {}
+        """The compiled program per (schema id, key columns); None: that schema has none."""
 
     def raw_schema(self, schema_id: int) -> dict[str, Any]:
         """The registered schema ``schema_id`` as JSON; RetryableError if the registry fails."""
@@ -50,9 +56,14 @@ class ChangeDecoder:
         value = message.value()
         assert value is not None
         writer = self._codec.writer_schema(schema_id)
+        current = schema_id == state.current_id
+        if current:
+            change = self._compiled(state, message, value, schema_id, writer)
+            if change is not None:
+                return change
         _, body = split_header(value)
         # An older version is resolved into the current schema by fastavro.
-        decoder = self._decoder(schema_id, writer) if schema_id == state.current_id else None
+        decoder = self._decoder(schema_id, writer) if current else None
         try:
             if decoder is not None:
                 decoded: Any = decoder.decode(body)
@@ -69,6 +80,45 @@ class ChangeDecoder:
             message.partition(),
             message.offset(),
             schema_id,
+        )
+
+    def _compiled(
+        self, state: TableState, message: Message, value: bytes, schema_id: int, parsed: Any
+    ) -> Change | None:
+        """The change through the compiled path (``native_changes``), its row left encoded;
+        None when the schema or this body does not take it."""
+        slot = (schema_id, state.keys)
+        if slot in self._programs:
+            program = self._programs[slot]
+        else:
+            program = change_program(self.raw_schema(schema_id), state.keys)
+            self._programs[slot] = program
+        if program is None:
+            return None
+        decoded = program.decode(value, HEADER_SIZE)
+        if decoded is None:
+            return None
+        op, position, source_ts_ms, key, start, unchanged = decoded
+        row = None
+        if start >= 0:
+            decoder = self._decoder(schema_id, parsed)
+
+            def after() -> Any:
+                return decoder.decode(value[HEADER_SIZE:])["after"]
+
+            row = EncodedRow(program, value, start, after)
+        return Change(
+            state.name,
+            _OPS[op],
+            position,
+            source_ts_ms,
+            key,
+            row,
+            message.topic(),
+            message.partition(),
+            message.offset(),
+            schema_id,
+            unchanged,
         )
 
     def _decoder(self, schema_id: int, parsed: Any) -> AvroDecoder:

@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from services.iceberg_writer.changes import Change, Op
+from services.iceberg_writer.native_changes import arrow_columns
 from services.iceberg_writer.types import STAGING_FLAG, UNCHANGED_COLUMNS, MetadataColumns
 
 __all__ = ["change_of", "staging_table"]
@@ -88,8 +89,21 @@ def staging_table(
     names = schema.names
     special = {metadata.op, metadata.position, metadata.source_ts, STAGING_FLAG, UNCHANGED_COLUMNS}
     columns: dict[str, list[Any]] = {name: [] for name in names}
-    data = [(name, columns[name], converters.get(name)) for name in names if name not in special]
-    for change in changes:
+    data = [
+        (name, columns[name], converters.get(name))
+        for name in names
+        if name not in special and name not in keys
+    ]
+    # The compiled path reads the rows' columns straight into Arrow (native_changes).
+    built = arrow_columns(
+        [None if change.op is Op.DELETE else change.row for change in changes],
+        [schema.field(name) for name, _, _ in data],
+    )
+    ready: dict[str, pa.Array] = {}
+    if built is not None:
+        ready = {name: array for (name, _, _), array in zip(data, built, strict=True)}
+        data = []
+    for change in changes if data else ():
         after = change.row
         if after is None or change.op is Op.DELETE:
             for _, values, _ in data:
@@ -113,7 +127,9 @@ def staging_table(
         ]
     arrays = []
     for field in schema:
-        if field.name == metadata.source_ts:
+        if field.name in ready:
+            arrays.append(ready[field.name])
+        elif field.name == metadata.source_ts:
             millis = pa.array([change.source_ts_ms for change in changes], pa.int64())
             arrays.append(millis.cast(_MILLIS_UTC).cast(field.type))
         else:
