@@ -39,20 +39,21 @@ if [[ "$bases" == local ]]; then
         --build-arg MAVEN_IMAGE=icefjord-base/maven:3)
 fi
 native_wheel() {
-  # The normalizer's compiled record path, built on this machine (cargo, maturin) for the
-  # image to install; without it the image takes the Python path, and says so here.
+  # The compiled paths of the normalizer's records and the writer's changes, built on this
+  # machine (cargo, maturin) for the image to install; without it the image takes the
+  # Python path, and says so here.
   rm -f deploy/docker/native-wheels/*.whl
   local python="${ICEFJORD_PYTHON:-$root/.venv/bin/python}"
   if command -v cargo >/dev/null && [[ -x "$python" ]] \
       && "$python" -m pip wheel --quiet --no-deps -w deploy/docker/native-wheels ./native; then
     echo "== native/ built: $(basename deploy/docker/native-wheels/*.whl)"
   else
-    echo "== WARNING: native/ not built (needs cargo and $python): the cdc-normalizer image takes the Python path" >&2
+    echo "== WARNING: native/ not built (needs cargo and $python): the $service image takes the Python path" >&2
   fi
 }
 
 for service in "${services[@]}"; do
-  [[ "$service" == cdc-normalizer ]] && native_wheel
+  case "$service" in cdc-normalizer | iceberg-writer) native_wheel ;; esac
   tag="icefjord/$service:$version"
   echo "== building $tag ($bases bases)"
   start=$SECONDS

@@ -26,6 +26,9 @@ COPY contracts /src/contracts
 COPY shared /src/shared
 COPY services /src/services
 COPY icefjord /src/icefjord
+# The compiled change path (native/, Rust), built on the host by build-images.sh; an empty
+# folder leaves the image on the Python path.
+COPY deploy/docker/native-wheels /tmp/native-wheels
 # The Avro decoder every change record goes through is compiled with mypyc (setup.py), as in
 # the cdc-normalizer image; gcc and mypy stay in this stage.
 RUN icefjord-install service /tmp/requirements.txt compiled

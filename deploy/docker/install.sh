@@ -30,8 +30,8 @@ if [[ "$step" == deps ]]; then
   exit 0
 fi
 
-# A wheel of native/ the image build was given (the normalizer's compiled record path). It
-# goes in first: mypyc reads its types.
+# A wheel of native/ the image build was given (the normalizer's compiled record path, the
+# writer's compiled change path). It goes in first: mypyc reads its types.
 if compgen -G "/tmp/native-wheels/*.whl" >/dev/null; then
   "$venv/bin/pip" install --no-deps /tmp/native-wheels/*.whl
 fi

@@ -106,7 +106,7 @@ def test_each_image_is_within_its_budget_and_carries_only_what_its_service_impor
         )
         found = json.loads(output)
         installed = {d for d in found["dists"] if not d.startswith("icefjord==")}
-        if service == "cdc-normalizer":  # its compiled record path, built from native/
+        if service in ("cdc-normalizer", "iceberg-writer"):  # their compiled paths (native/)
             pins.add(f"icefjord-native=={NATIVE_VERSION}")
         assert installed == pins, f"{service}: {installed ^ pins}"
         assert sorted(found["packages"]) == sorted(modules), service
