@@ -186,9 +186,16 @@ def plan_batch(table: str, changes: Iterable[Change], truncated_at: str | None =
 
     ``truncated_at`` is the position of the table's last committed truncate: a change from
     before it that arrives late (on another partition) belongs to the emptied table and is
-    dropped.
+    dropped, and so is that truncate when it comes again (a connector's replay): applied
+    again, it would empty the table of every row committed since.
     """
-    items = [c for c in changes if truncated_at is None or c.position >= truncated_at]
+    items = [
+        c
+        for c in changes
+        if truncated_at is None
+        or c.position > truncated_at
+        or (c.position == truncated_at and c.op is not Op.TRUNCATE)
+    ]
     received: dict[Op, int] = {}
     for change in items:
         received[change.op] = received.get(change.op, 0) + 1

@@ -74,6 +74,8 @@ def sequential(model: Model, changes: Sequence[Change], truncated_at: str | None
     for c in sorted(changes, key=lambda c: (c.position, c.partition, c.offset)):
         if truncated_at is not None and c.position < truncated_at:
             continue
+        if c.op is Op.TRUNCATE and c.position == truncated_at:
+            continue  # the committed truncate, replayed: it emptied the table once already
         if c.op is Op.TRUNCATE:
             out.clear()
             continue
@@ -685,3 +687,19 @@ def test_a_partial_batch_always_takes_the_merge(empty: bool) -> None:
     )
     plan = plan_batch(TABLE, [partial])
     assert plan.path(table_is_empty=empty, stored_floor=None, newer=True) is Path.MERGE
+
+
+def test_a_replayed_truncate_does_not_empty_the_table_again() -> None:
+    """A connector's replay delivers the committed truncate again with later changes: the
+    batch writes those changes and keeps every row committed since the truncate."""
+    replayed = change(Op.TRUNCATE, None, pos(3), partition=1, offset=40)
+    later = change(Op.CREATE, 2, pos(9), partition=0, offset=41)
+    plan = plan_batch(TABLE, [replayed, later], truncated_at=pos(3))
+    assert not plan.truncated and plan.truncate_position is None
+    assert plan.path(table_is_empty=False) is not Path.REPLACE
+    model: Model = {(1,): (pos(5), {"label": "committed after the truncate"})}
+    apply_to_model(model, plan)
+    assert set(model) == {(1,), (2,)}
+    # A new truncate still empties it.
+    newer = change(Op.TRUNCATE, None, pos(7), partition=1, offset=42)
+    assert plan_batch(TABLE, [replayed, newer, later], truncated_at=pos(3)).truncated
