@@ -243,10 +243,10 @@ def write(report: DrainReport, out: Path) -> Path:
 # -- the shell -------------------------------------------------------------------------------
 
 
-def _stop_services(settings: LocalSettings, log: Callable[[str], None]) -> None:
+def _stop_services(settings: LocalSettings, log: Callable[[str], None], why: str) -> None:
     for service in service_processes(settings):
         if service.running():
-            log(f"stopping {service.name} (the backlog is made while the services are stopped)")
+            log(f"stopping {service.name} ({why})")
             service.stop()
 
 
@@ -356,7 +356,7 @@ def run_drain(
     out = options.out or settings.state / "bench" / f"drain-{started:%Y%m%d-%H%M%S}"
     LocalStack(settings).up(log)
     pick_source(settings, "postgres", console)  # raises DemoError without PostgreSQL
-    _stop_services(settings, log)
+    _stop_services(settings, log, "the backlog is made while the services are stopped")
     demo = DemoOptions(source="postgres", schema_base=SCHEMA_BASE)
     source = prepare_source(settings, demo, "postgres", log)
     assert isinstance(source, PostgresDemoSource)
@@ -397,6 +397,9 @@ def run_drain(
         checked, dead = verify_and_settle(settings, source, dead_before, options.keep_source, log)
     finally:
         source.close()
+        # They read only this run's topics and tables: left running, the next `make demo`
+        # or benchmark would find them ready and wait for changes they never read.
+        _stop_services(settings, log, "started for this drain's tables only")
     report = DrainReport(
         command=options.command,
         started=started.isoformat(timespec="seconds"),

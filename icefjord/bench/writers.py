@@ -407,7 +407,7 @@ def run_writers(
     started = dt.datetime.now().astimezone()
     out = options.out or settings.state / "bench" / f"writers-{started:%Y%m%d-%H%M%S}"
     LocalStack(settings).up(console.log)
-    _stop_services(settings, console.log)
+    _stop_services(settings, console.log, "the writers are started by this benchmark")
     expected = final_state(backlog_changes(options.records, options.keys, options.seed))
     runs = []
     for instances in options.instances:
