@@ -51,12 +51,26 @@ def change_schema(
         {"name": "tags", "type": ["null", {"type": "array", "items": "string"}], "default": None},
         *extra,
     ]
+    schema = change_record_schema(
+        title, namespace, [{"name": "id", "type": "long"}], row_fields, ["id"]
+    )
+    return {**schema, "icefjord.table": f"{namespace}.{table}"}
+
+
+def change_record_schema(
+    title: str,
+    namespace: str,
+    key_fields: Sequence[Mapping[str, Any]],
+    row_fields: Sequence[Mapping[str, Any]],
+    keys: Sequence[str],
+) -> dict[str, Any]:
+    """The change-record envelope around a table's key and row fields."""
+    row = {"type": "record", "name": f"{title}Row", "fields": list(row_fields)}
     return {
         "type": "record",
         "name": f"{title}Change",
         "namespace": f"io.icefjord.changes.{namespace}",
-        "icefjord.table": f"{namespace}.{table}",
-        "icefjord.key": ["id"],
+        "icefjord.key": list(keys),
         "fields": [
             {
                 "name": "op",
@@ -73,15 +87,11 @@ def change_schema(
             {"name": "source", "type": {"type": "map", "values": "string"}},
             {
                 "name": "key",
-                "type": {
-                    "type": "record",
-                    "name": f"{title}Key",
-                    "fields": [{"name": "id", "type": "long"}],
-                },
+                "type": {"type": "record", "name": f"{title}Key", "fields": list(key_fields)},
             },
             {
                 "name": "after",
-                "type": ["null", {"type": "record", "name": f"{title}Row", "fields": row_fields}],
+                "type": ["null", row],
                 "default": None,
             },
             {

@@ -19,7 +19,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use serde_json::{Map, Value};
 
-use crate::{is_canonical_uuid, MAX_DAYS, MAX_MICROS, MICROS_PER_DAY, MIN_DAYS, MIN_MICROS};
+use crate::{is_canonical_uuid, signed, MAX_DAYS, MAX_MICROS, MICROS_PER_DAY, MIN_DAYS, MIN_MICROS};
 
 /// Not a body (or a batch) the program reads: the Python path takes it.
 struct Miss;
@@ -55,10 +55,18 @@ enum Kind {
     Bytes,
     Date,
     /// Microseconds per unit; a UTC instant or a local date-time.
-    Timestamp { per_unit: i64, utc: bool },
+    Timestamp {
+        per_unit: i64,
+        utc: bool,
+    },
     /// Microseconds per unit; stored as `HH:MM:SS.ffffff` text.
-    Time { per_unit: i64 },
-    Decimal { precision: u32, scale: i64 },
+    Time {
+        per_unit: i64,
+    },
+    Decimal {
+        precision: u32,
+        scale: i64,
+    },
     Enum(Vec<String>),
 }
 
@@ -108,20 +116,32 @@ fn node(schema: &Value) -> PyResult<Node> {
         "double" => Node::Double,
         "bytes" | "string" => Node::Bytes,
         "fixed" => Node::Fixed(
-            object.and_then(|o| o.get("size")).and_then(Value::as_u64).ok_or_else(|| bad("fixed without size"))?
-                as usize,
+            object
+                .and_then(|o| o.get("size"))
+                .and_then(Value::as_u64)
+                .ok_or_else(|| bad("fixed without size"))? as usize,
         ),
-        "array" => Node::Array(Box::new(node(object.and_then(|o| o.get("items")).ok_or_else(|| bad("array"))?)?)),
-        "map" => Node::Map(Box::new(node(object.and_then(|o| o.get("values")).ok_or_else(|| bad("map"))?)?)),
+        "array" => Node::Array(Box::new(node(
+            object.and_then(|o| o.get("items")).ok_or_else(|| bad("array"))?,
+        )?)),
+        "map" => Node::Map(Box::new(node(
+            object.and_then(|o| o.get("values")).ok_or_else(|| bad("map"))?,
+        )?)),
         "record" | "error" => Node::Record(
-            fields(schema)?.iter().map(|f| node(f.get("type").unwrap_or(&Value::Null))).collect::<PyResult<_>>()?,
+            fields(schema)?
+                .iter()
+                .map(|f| node(f.get("type").unwrap_or(&Value::Null)))
+                .collect::<PyResult<_>>()?,
         ),
         other => return Err(bad(format!("type {other} is a name reference or unknown"))),
     })
 }
 
 fn fields(schema: &Value) -> PyResult<&Vec<Value>> {
-    schema.get("fields").and_then(Value::as_array).ok_or_else(|| bad("a record without fields"))
+    schema
+        .get("fields")
+        .and_then(Value::as_array)
+        .ok_or_else(|| bad("a record without fields"))
 }
 
 /// `(null branch, the other branch)` of a `[null, T]` union, or `(None, schema)`.
@@ -152,21 +172,36 @@ fn kind(schema: &Value) -> PyResult<Kind> {
         ("long", None) => Kind::Long,
         ("long", Some("time-micros")) => Kind::Time { per_unit: 1 },
         ("long", Some("timestamp-micros")) => Kind::Timestamp { per_unit: 1, utc: true },
-        ("long", Some("timestamp-millis")) => Kind::Timestamp { per_unit: 1000, utc: true },
-        ("long", Some("local-timestamp-micros")) => Kind::Timestamp { per_unit: 1, utc: false },
-        ("long", Some("local-timestamp-millis")) => Kind::Timestamp { per_unit: 1000, utc: false },
+        ("long", Some("timestamp-millis")) => Kind::Timestamp {
+            per_unit: 1000,
+            utc: true,
+        },
+        ("long", Some("local-timestamp-micros")) => Kind::Timestamp {
+            per_unit: 1,
+            utc: false,
+        },
+        ("long", Some("local-timestamp-millis")) => Kind::Timestamp {
+            per_unit: 1000,
+            utc: false,
+        },
         ("float", None) => Kind::Float,
         ("double", None) => Kind::Double,
         ("string", Some("uuid")) => Kind::Uuid,
         ("string", _) => Kind::Text,
         ("bytes", None) => Kind::Bytes,
         ("bytes", Some("decimal")) => {
-            let precision = object.get("precision").and_then(Value::as_u64).ok_or_else(|| bad("decimal"))?;
+            let precision = object
+                .get("precision")
+                .and_then(Value::as_u64)
+                .ok_or_else(|| bad("decimal"))?;
             let scale = object.get("scale").and_then(Value::as_i64).unwrap_or(0);
             if !(1..=38).contains(&precision) || scale < 0 || scale as u64 > precision {
                 return Err(bad("a decimal beyond 38 digits"));
             }
-            Kind::Decimal { precision: precision as u32, scale }
+            Kind::Decimal {
+                precision: precision as u32,
+                scale,
+            }
         }
         ("enum", _) => Kind::Enum(
             object
@@ -185,9 +220,16 @@ fn columns_of(record: &Value) -> PyResult<Vec<Column>> {
     fields(record)?
         .iter()
         .map(|field| {
-            let name = field.get("name").and_then(Value::as_str).ok_or_else(|| bad("a field without a name"))?;
+            let name = field
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| bad("a field without a name"))?;
             let (null_branch, base) = nullable(field.get("type").unwrap_or(&Value::Null))?;
-            Ok(Column { name: name.to_owned(), kind: kind(base)?, null_branch })
+            Ok(Column {
+                name: name.to_owned(),
+                kind: kind(base)?,
+                null_branch,
+            })
         })
         .collect()
 }
@@ -413,15 +455,9 @@ impl<'a> Cursor<'a> {
     }
 }
 
-/// A big-endian two's complement integer of at most 16 bytes.
+/// A decimal's unscaled value (big-endian two's complement, at most 16 bytes).
 fn unscaled(data: &[u8]) -> Read<i128> {
-    if data.is_empty() || data.len() > 16 {
-        return Err(Miss);
-    }
-    let fill = if data[0] & 0x80 != 0 { 0xff } else { 0 };
-    let mut bytes = [fill; 16];
-    bytes[16 - data.len()..].copy_from_slice(data);
-    Ok(i128::from_be_bytes(bytes))
+    signed(data).map_err(|_| Miss)
 }
 
 /// One Arrow column's buffers under construction.
@@ -445,7 +481,14 @@ enum Layout {
 impl ChangeProgram {
     fn read<'a>(&self, body: &'a [u8], start: usize) -> Read<Decoded<'a>> {
         let mut c = Cursor { data: body, at: start };
-        let mut out = Decoded { op: -1, position: "", source_ts: 0, key: vec![None; self.keys], row: None, unchanged: None };
+        let mut out = Decoded {
+            op: -1,
+            position: "",
+            source_ts: 0,
+            key: vec![None; self.keys],
+            row: None,
+            unchanged: None,
+        };
         for role in &self.roles {
             match role {
                 Role::Op(ops) => {
@@ -518,7 +561,12 @@ impl ChangeProgram {
         })
     }
 
-    fn column(&self, rows: &[Option<(&[u8], Vec<Option<usize>>)>], field: Option<usize>, layout: Layout) -> Read<Built> {
+    fn column(
+        &self,
+        rows: &[Option<(&[u8], Vec<Option<usize>>)>],
+        field: Option<usize>,
+        layout: Layout,
+    ) -> Read<Built> {
         let n = rows.len();
         let mut built = Built {
             validity: vec![0u8; n.div_ceil(8)],
@@ -648,7 +696,12 @@ struct Decoded<'a> {
 }
 
 type Target = (String, String, i64, i64);
-type Buffers<'py> = (usize, Option<Bound<'py, PyBytes>>, Option<Bound<'py, PyBytes>>, Bound<'py, PyBytes>);
+type Buffers<'py> = (
+    usize,
+    Option<Bound<'py, PyBytes>>,
+    Option<Bound<'py, PyBytes>>,
+    Bound<'py, PyBytes>,
+);
 
 #[pymethods]
 impl ChangeProgram {
@@ -663,7 +716,10 @@ impl ChangeProgram {
         let mut row = None;
         let mut seen = Vec::new();
         for field in fields(&schema)? {
-            let name = field.get("name").and_then(Value::as_str).ok_or_else(|| bad("a field without a name"))?;
+            let name = field
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| bad("a field without a name"))?;
             let avro = field.get("type").unwrap_or(&Value::Null);
             seen.push(name);
             roles.push(match name {
@@ -673,7 +729,13 @@ impl ChangeProgram {
                     };
                     let ops = symbols
                         .iter()
-                        .map(|s| OP_NAMES.iter().position(|n| n == s).map(|p| p as i64).ok_or_else(|| bad("operation")))
+                        .map(|s| {
+                            OP_NAMES
+                                .iter()
+                                .position(|n| n == s)
+                                .map(|p| p as i64)
+                                .ok_or_else(|| bad("operation"))
+                        })
                         .collect::<PyResult<_>>()?;
                     Role::Op(ops)
                 }
@@ -685,7 +747,10 @@ impl ChangeProgram {
                         key_slots.push(keys.iter().position(|k| *k == column.name));
                     }
                     for (slot, key) in keys.iter().enumerate() {
-                        let column = key_fields.iter().find(|c| c.name == *key).ok_or_else(|| bad("key column"))?;
+                        let column = key_fields
+                            .iter()
+                            .find(|c| c.name == *key)
+                            .ok_or_else(|| bad("key column"))?;
                         if !matches!(column.kind, Kind::Int | Kind::Long | Kind::Text | Kind::Uuid) {
                             return Err(bad(format!("key column {slot} of another kind")));
                         }
@@ -717,7 +782,13 @@ impl ChangeProgram {
                 return Err(bad(format!("no {wanted} field")));
             }
         }
-        Ok(ChangeProgram { roles, key_fields, key_slots, keys: keys.len(), row: row.unwrap_or_default() })
+        Ok(ChangeProgram {
+            roles,
+            key_fields,
+            key_slots,
+            keys: keys.len(),
+            row: row.unwrap_or_default(),
+        })
     }
 
     /// `(op index, position, source_ts_ms, key tuple, row start, unchanged)` of the change

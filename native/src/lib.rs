@@ -38,12 +38,17 @@ type Step<T> = Result<T, Fallback>;
 #[derive(Clone, Copy)]
 enum Kind {
     /// Connect INT8/16/32 (Avro int): an integer in [low, high).
-    Int { low: i64, high: i64 },
+    Int {
+        low: i64,
+        high: i64,
+    },
     /// Connect INT64 (Avro long).
     Long,
     /// `_int` of a named integer (Year: Avro int, MicroDuration: Avro long): any integer the Avro
     /// type holds.
-    NamedInt { avro_long: bool },
+    NamedInt {
+        avro_long: bool,
+    },
     Boolean,
     /// A string column (plain, Json, Enum, Xml, Interval): the text as it is.
     Text,
@@ -56,16 +61,26 @@ enum Kind {
     /// Days since the epoch (Avro int date).
     Date,
     /// A local timestamp in a unit (Avro local-timestamp-micros).
-    LocalTimestamp { micros_per_unit: i64, nanos: bool },
+    LocalTimestamp {
+        micros_per_unit: i64,
+        nanos: bool,
+    },
     /// A time of day in a unit (Avro time-micros).
-    Time { micros_per_unit: i64, nanos: bool },
+    Time {
+        micros_per_unit: i64,
+        nanos: bool,
+    },
     /// Debezium's UTC text `YYYY-MM-DDTHH:MM:SS[.f{1,6}]Z` (Avro timestamp-micros).
     ZonedTimestamp,
     /// A Connect Decimal's base64 unscaled bytes at the target scale (Avro bytes decimal).
-    Decimal { precision: u32 },
+    Decimal {
+        precision: u32,
+    },
     /// A decimal as text (Avro string): base64 unscaled bytes at the Connect scale, or a
     /// VariableScaleDecimal's `{"scale", "value"}`.
-    DecimalText { bytes_scale: Option<i64> },
+    DecimalText {
+        bytes_scale: Option<i64>,
+    },
 }
 
 struct Column {
@@ -86,7 +101,10 @@ type ColumnSpecs = Vec<(String, String, i64, i64, bool)>;
 
 fn kind_of(name: &str, a: i64, b: i64) -> PyResult<Kind> {
     Ok(match name {
-        "int" if (1..=32).contains(&a) => Kind::Int { low: -(1i64 << (a - 1)), high: 1i64 << (a - 1) },
+        "int" if (1..=32).contains(&a) => Kind::Int {
+            low: -(1i64 << (a - 1)),
+            high: 1i64 << (a - 1),
+        },
         "long" => Kind::Long,
         "named-int" => Kind::NamedInt { avro_long: a == 64 },
         "boolean" => Kind::Boolean,
@@ -96,12 +114,24 @@ fn kind_of(name: &str, a: i64, b: i64) -> PyResult<Kind> {
         "double" => Kind::Double,
         "float" => Kind::Float,
         "date" => Kind::Date,
-        "local-timestamp" => Kind::LocalTimestamp { micros_per_unit: a, nanos: b != 0 },
-        "time" => Kind::Time { micros_per_unit: a, nanos: b != 0 },
+        "local-timestamp" => Kind::LocalTimestamp {
+            micros_per_unit: a,
+            nanos: b != 0,
+        },
+        "time" => Kind::Time {
+            micros_per_unit: a,
+            nanos: b != 0,
+        },
         "zoned-timestamp" => Kind::ZonedTimestamp,
         "decimal" => Kind::Decimal { precision: a as u32 },
-        "decimal-text" => Kind::DecimalText { bytes_scale: if a != 0 { Some(b) } else { None } },
-        other => return Err(PyValueError::new_err(format!("unknown column kind {other:?} ({a}, {b})"))),
+        "decimal-text" => Kind::DecimalText {
+            bytes_scale: if a != 0 { Some(b) } else { None },
+        },
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "unknown column kind {other:?} ({a}, {b})"
+            )))
+        }
     })
 }
 
@@ -111,7 +141,11 @@ impl Columns {
         let mut known = HashMap::new();
         for (index, (name, kind, a, b, optional)) in specs.into_iter().enumerate() {
             known.insert(name.clone(), index);
-            columns.push(Column { name, kind: kind_of(&kind, a, b)?, optional });
+            columns.push(Column {
+                name,
+                kind: kind_of(&kind, a, b)?,
+                optional,
+            });
         }
         Ok(Columns {
             columns,
@@ -282,7 +316,6 @@ impl Columns {
     }
 }
 
-
 /// One record schema's columns, for the tests of each column kind: `row` writes an image.
 #[pyclass(frozen, module = "icefjord_native")]
 struct RowProgram {
@@ -296,7 +329,9 @@ impl RowProgram {
     /// and that scale).
     #[new]
     fn new(columns: ColumnSpecs, placeholder: &str, placeholder_base64: &str) -> PyResult<Self> {
-        Ok(RowProgram { row: Columns::new(columns, placeholder, placeholder_base64)? })
+        Ok(RowProgram {
+            row: Columns::new(columns, placeholder, placeholder_base64)?,
+        })
     }
 
     /// The Avro body of the row record for one image (a JSON object's text), or None.
@@ -305,7 +340,10 @@ impl RowProgram {
             return None;
         };
         let mut out = Vec::with_capacity(64);
-        self.row.write_row(&image, &mut out).ok().map(|()| PyBytes::new(py, &out))
+        self.row
+            .write_row(&image, &mut out)
+            .ok()
+            .map(|()| PyBytes::new(py, &out))
     }
 }
 
@@ -368,7 +406,12 @@ impl RecordProgram {
         let (Some(value), Some(key)) = (value.get(value_start..value_end), key.get(key_start..key_end)) else {
             return Ok(None);
         };
-        let origin = Origin { topic, partition, offset, timestamp_ms };
+        let origin = Origin {
+            topic,
+            partition,
+            offset,
+            timestamp_ms,
+        };
         let Ok(written) = self.write(value, key, &origin) else {
             return Ok(None);
         };
@@ -430,7 +473,10 @@ fn natural(value: &Value) -> Step<u64> {
 
 /// `"[\"24023120\",\"24023128\"]"`: position._plain_sequence's form only.
 fn plain_sequence(text: &str) -> Step<(u64, u64)> {
-    let inner = text.strip_prefix('[').and_then(|t| t.strip_suffix(']')).ok_or(Fallback)?;
+    let inner = text
+        .strip_prefix('[')
+        .and_then(|t| t.strip_suffix(']'))
+        .ok_or(Fallback)?;
     let mut items = inner.split(',');
     let (Some(first), Some(second), None) = (items.next(), items.next(), items.next()) else {
         return Err(Fallback);
@@ -481,7 +527,8 @@ impl RecordProgram {
     fn write(&self, value: &[u8], key: &[u8], origin: &Origin) -> Step<Written> {
         let envelope: Envelope = serde_json::from_slice(value).map_err(|_| Fallback)?;
         // envelope.parse_value's full envelope; the flattened shape stays on the Python path.
-        if envelope.op.is_none() || (envelope.before.is_none() && envelope.after.is_none() && envelope.source.is_none()) {
+        if envelope.op.is_none() || (envelope.before.is_none() && envelope.after.is_none() && envelope.source.is_none())
+        {
             return Err(Fallback);
         }
         let op_name = match envelope.op.map(|raw| serde_json::from_str::<Value>(raw.get())) {
@@ -497,7 +544,8 @@ impl RecordProgram {
         if source.get("connector") != Some(&Value::String("postgresql".to_string())) {
             return Err(Fallback);
         }
-        let (Some(Value::String(namespace)), Some(Value::String(table))) = (source.get("schema"), source.get("table")) else {
+        let (Some(Value::String(namespace)), Some(Value::String(table))) = (source.get("schema"), source.get("table"))
+        else {
             return Err(Fallback);
         };
         if namespace.is_empty() || table.is_empty() {

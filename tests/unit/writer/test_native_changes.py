@@ -16,6 +16,7 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 import pytest
+from changes_support import OPS, change_record_schema
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 
 from services.iceberg_writer import native_changes
@@ -38,7 +39,6 @@ pytestmark = [
     pytest.mark.skipif(not native_changes.AVAILABLE, reason="icefjord-native is not built"),
 ]
 
-OPS = ["CREATE", "UPDATE", "DELETE", "READ", "TRUNCATE"]
 METADATA = MetadataColumns()
 
 # Column kinds: (Avro type, a raw value generator in range, one out of range or None).
@@ -169,37 +169,8 @@ def random_table(rng: random.Random, index: int) -> Table:
             if rng.random() < 0.5
             else {"name": name, "type": avro}
         )
-    schema = {
-        "type": "record",
-        "name": f"T{index}Change",
-        "namespace": "io.icefjord.changes.test",
-        "icefjord.key": list(key_kinds),
-        "fields": [
-            {"name": "op", "type": {"type": "enum", "name": "Operation", "symbols": OPS}},
-            {"name": "position", "type": "string"},
-            {"name": "source_ts_ms", "type": "long"},
-            {"name": "tx_id", "type": ["null", "string"], "default": None},
-            {"name": "source", "type": {"type": "map", "values": "string"}},
-            {
-                "name": "key",
-                "type": {
-                    "type": "record",
-                    "name": f"T{index}Key",
-                    "fields": [{"name": k, "type": v} for k, v in key_kinds.items()],
-                },
-            },
-            {
-                "name": "after",
-                "type": ["null", {"type": "record", "name": f"T{index}Row", "fields": row_fields}],
-                "default": None,
-            },
-            {
-                "name": "unchanged",
-                "type": ["null", {"type": "array", "items": "string"}],
-                "default": None,
-            },
-        ],
-    }
+    key_fields = [{"name": k, "type": v} for k, v in key_kinds.items()]
+    schema = change_record_schema(f"T{index}", "test", key_fields, row_fields, list(key_kinds))
     return Table(schema, columns, tuple(key_kinds), key_kinds)
 
 
