@@ -155,6 +155,18 @@ def read_committed(
         consumer.close()
 
 
+def partition_count(admin: AdminClient, topic: str, timeout_s: float = 10.0) -> int | None:
+    """How many partitions ``topic`` has; None when the broker does not say (unreachable,
+    no such topic)."""
+    try:
+        info = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    except KafkaException:
+        return None
+    if info is None or info.error is not None or not info.partitions:
+        return None
+    return len(info.partitions)
+
+
 def make_admin(settings: KafkaSettings) -> AdminClient:
     """An admin client with the shared settings."""
     return AdminClient(settings.client_config())

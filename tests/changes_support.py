@@ -172,7 +172,10 @@ class ChangeProducer:
         *,
         source_ts_ms: int | None = None,
         extra: Mapping[str, Any] | None = None,
+        partition: int | None = None,
     ) -> int:
+        """Produce ``events`` in order; to ``partition`` when given (a test that needs to
+        know where each key travels keeps a key in one partition), else by key."""
         count = 0
         for event in events:
             now_ms = (
@@ -186,7 +189,10 @@ class ChangeProducer:
             key = None
             if event.op != "TRUNCATE":
                 key = self.codec.serialize(f"{self.topic}-key", self.key_schema, {"id": event.key})
-            self.producer.produce(self.topic, key=key, value=value)
+            if partition is None:
+                self.producer.produce(self.topic, key=key, value=value)
+            else:
+                self.producer.produce(self.topic, key=key, value=value, partition=partition)
             count += 1
             if count % 1000 == 0:
                 self.producer.poll(0)

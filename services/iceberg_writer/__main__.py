@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
+from functools import partial
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
@@ -42,7 +43,7 @@ from shared.control import ControlPublisher, ControlReader
 from shared.control_state import Checkpoints, StateStore
 from shared.endpoint import Health
 from shared.errors import Backoff, retry, waiting_for_warehouse
-from shared.kafka import make_admin, make_consumer, make_producer
+from shared.kafka import make_admin, make_consumer, make_producer, partition_count
 from shared.loop import run_loop
 from shared.registry import make_registry_client
 from shared.service import EXIT_BAD_SETTINGS, EXIT_FATAL, EXIT_OK, create_topics, serve_metrics
@@ -161,6 +162,7 @@ def wire_writer(
         epoch=epoch,
         owner=Owner.new(settings.group_id, epoch),
         observer=observer,
+        partition_count=partial(partition_count, admin),
     )
     decoder = ChangeDecoder(registry, codec)
     admission = SchemaAdmission(

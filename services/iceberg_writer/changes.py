@@ -148,37 +148,62 @@ class PositionBounds:
     """Upper bounds on the positions of a table's stored rows, by the Kafka partition that
     carries their keys: what lets a batch skip the MERGE's guard.
 
-    ``base`` bounds every row stored before tracking began (the highest position in the
-    table's data files, None when that is unknown: then nothing is admitted); after that,
-    each committed change raises the bound of its partition. A key's changes all travel in
-    one partition (change topics are keyed), so a change at or above ``base`` and its
-    partition's bound is at least as new as the stored row of its key: the guard would let
-    it through. A replay (older positions arriving again) falls below its partition's bound
-    and takes the MERGE.
+    Tracking starts from a floor for each partition: the bound the partition's newest
+    commit recorded (``floors``, from :func:`~services.iceberg_writer.bounds.recorded_bounds`)
+    or else ``base``, which bounds every row stored before tracking began (the highest
+    position in the table's data files; None when that is unknown or not needed: then a
+    partition without a floor admits nothing). After that, each committed change raises the
+    bound of its partition. A key's changes all travel in one partition (change topics are
+    keyed), so a change at or above its partition's floor and bound is at least as new as
+    the stored row of its key: the guard would let it through. A replay (older positions
+    arriving again) falls below its partition's bound and takes the MERGE.
 
     The writer starts tracking afresh whenever its assignment changes (a topic that gained
     partitions moves keys between partitions, and a rebalance is how the consumer learns of
-    it) and after a commit of rows that came from no partition (a bulk load's copy).
+    it), after a commit of rows that came from no partition (a bulk load's copy), and when
+    another instance's commit of its partitions landed (``ownership.py``). ``count`` is the
+    topic's partition count the floors hold for (None: not known, and then nothing is
+    recorded for a later owner).
     """
 
     base: str | None
     partitions: dict[int, str] = field(default_factory=dict)
+    floors: dict[int, str] = field(default_factory=dict)
+    count: int | None = None
+
+    def floor(self, partition: int) -> str | None:
+        return self.floors.get(partition, self.base)
 
     def admits(self, changes: Iterable[Change]) -> bool:
         """Whether every change is at least as new as the stored row of its key."""
-        if self.base is None:
+        floors, base, bounds = self.floors, self.base, self.partitions
+        if base is None and not floors:
             return False
-        base = self.base
-        bounds = self.partitions
-        return all(
-            c.position >= base and c.position >= bounds.get(c.partition, "") for c in changes
-        )
+        for c in changes:
+            floor = floors.get(c.partition, base)
+            if floor is None or c.position < floor or c.position < bounds.get(c.partition, ""):
+                return False
+        return True
 
     def record(self, changes: Iterable[Change]) -> None:
         """``changes`` were committed: their positions bound their partitions' rows."""
         for change in changes:
             if change.position > self.partitions.get(change.partition, ""):
                 self.partitions[change.partition] = change.position
+
+    def after(self, changes: Iterable[Change], partitions: Iterable[int]) -> dict[int, str]:
+        """Each of ``partitions``' bound once ``changes`` are committed, for the commit to
+        record; a partition without a known floor is left out."""
+        raised = dict(self.partitions)
+        for change in changes:
+            if change.position > raised.get(change.partition, ""):
+                raised[change.partition] = change.position
+        out: dict[int, str] = {}
+        for partition in partitions:
+            floor = self.floor(partition)
+            if floor is not None:
+                out[partition] = max(floor, raised.get(partition, ""))
+        return out
 
 
 def plan_batch(table: str, changes: Iterable[Change], truncated_at: str | None = None) -> BatchPlan:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from pyiceberg.table import Table
 
 from services.iceberg_writer.apply import BatchWriter, CommitConflictError, arrow_batch
+from services.iceberg_writer.bounds import bound_summary, recorded_bounds
 from services.iceberg_writer.changes import BatchPlan, Op, Path, PositionBounds, plan_batch
 from services.iceberg_writer.config import WriterSettings
 from services.iceberg_writer.metrics import WriterMetrics
@@ -144,6 +145,7 @@ class Committer:
         epoch: int,
         owner: Owner,
         observer: CommitObserver | None = None,
+        partition_count: Callable[[str], int | None] | None = None,
     ) -> None:
         self.settings = settings
         self._store = store
@@ -155,6 +157,8 @@ class Committer:
         self.epoch = epoch
         self.owner = owner
         self._observer = observer
+        # The topic's partition count, under which recorded position bounds hold (bounds.py).
+        self._partition_count = partition_count or (lambda _topic: None)
         self.pool = CommitPool(settings.commit_parallelism)
         self.commits = 0
         self._commits_lock = threading.Lock()
@@ -229,6 +233,7 @@ class Committer:
         state.seen_snapshot = current.snapshot_id if current is not None else None
         if ahead:
             state.committed.update(ahead)
+            state.bounds = None  # that commit's rows: read the bounds afresh
             log.warning(
                 "partitions committed by their previous owner after the claim, reading on",
                 extra={"table": state.name, "offsets": {p: n for (_, p), n in ahead.items()}},
@@ -271,6 +276,10 @@ class Committer:
             EPOCH: str(self.epoch),
             WATERMARK: str(watermark),
         }
+        bounds = self.bounds(state, table)
+        if bounds is not None and bounds.count is not None:
+            after = bounds.after(state.pending, (p for t, p in offsets if t == state.topic))
+            summary.update(bound_summary(state.topic, bounds.count, after))
         if state.truncated_at is not None or plan.truncate_position is not None:
             # Every commit repeats it, so expiring old snapshots never loses it.
             summary[TRUNCATED_AT] = plan.truncate_position or state.truncated_at or ""
@@ -379,16 +388,31 @@ class Committer:
 
     def newer(self, state: TableState, table: Table, plan: BatchPlan) -> bool:
         """Whether every change of ``plan`` is at least as new as the stored row of its key
-        (so the upsert path gives what the MERGE would). The bounds are read from the
-        table's data files when tracking (re)starts, then kept up by each commit."""
+        (so the upsert path gives what the MERGE would)."""
+        bounds = self.bounds(state, table)
+        return bounds is not None and bounds.admits(plan.changes)
+
+    def bounds(self, state: TableState, table: Table) -> PositionBounds | None:
+        """The table's position bounds for the upsert path (None with it off). Read when
+        tracking (re)starts: each claimed partition from the bound its newest commit
+        recorded (``bounds.py``), the table's highest stored position for the others;
+        then kept up by each commit."""
         if not self.settings.upsert_path:
-            return False
+            return None
         if state.bounds is None:
+            floors: dict[int, str] = {}
+            count: int | None = None
             base = None
             if writes_own_files(table):
-                base = position_ceiling(table, self._store.metadata.position)
-            state.bounds = PositionBounds(base)
-        return state.bounds.admits(plan.changes)
+                count = self._partition_count(state.topic)
+                claimed = {p for t, p in state.claimed if t == state.topic}
+                if count is not None:
+                    recorded = recorded_bounds(table, state.topic, count)
+                    floors = {p: b for p, b in recorded.items() if p in claimed}
+                if not claimed or not claimed <= floors.keys():
+                    base = position_ceiling(table, self._store.metadata.position)
+            state.bounds = PositionBounds(base, floors=floors, count=count)
+        return state.bounds
 
     def publish(
         self,

@@ -415,6 +415,36 @@ def commits_by_path(writer: Writer, table: str) -> dict[str, float]:
     }
 
 
+def test_a_restarted_writer_upserts_from_its_partitions_recorded_bounds(
+    stack: Stack, spark: Any, change_topic: str
+) -> None:
+    """Each commit records its partitions' position bounds (bounds.py), and a writer that
+    takes partitions over starts from them rather than from the table's highest position:
+    changes of a partition whose rows are all older than another partition's newest row
+    take the upsert path, not the MERGE (which a second instance sharing the table would
+    otherwise take for every batch behind the other's positions)."""
+    table = change_topic.removeprefix("icefjord.changes.")
+    schema = change_schema(*table.split("."))
+    settings_ = writer_settings(stack, change_topic)
+    producer = producer_for(stack, change_topic)
+    older = [Event(i, "CREATE", i, name=f"a{i}") for i in range(1, 11)]
+    newer = [Event(100 + i, "CREATE", 100 + i, name=f"a{100 + i}") for i in range(1, 11)]
+    producer.send(schema, older, partition=0)
+    producer.send(schema, newer, partition=1)
+    writer = start_writer(settings_)
+    run_until_caught_up(writer)
+    writer.close()
+    # Newer than partition 0's rows, older than the table's newest (partition 1's).
+    later = [Event(50 + i, "UPDATE", i, name=f"b{i}") for i in range(1, 11)]
+    producer.send(schema, later, partition=0)
+    restarted = start_writer(settings_)
+    run_until_caught_up(restarted)
+    assert_equal_to_model(spark, table, older + newer + later)
+    paths = commits_by_path(restarted, table)
+    assert paths.get("upsert", 0) >= 1 and paths.get("merge", 0) == 0, paths
+    restarted.close()
+
+
 def test_snapshot_reads_into_a_table_with_rows_insert_only_the_missing_keys(
     stack: Stack, spark: Any, change_topic: str
 ) -> None:

@@ -536,6 +536,19 @@ def blind(model: Model, plan: BatchPlan) -> None:
         model[c.key] = (c.position, c.row)
 
 
+def write_both_ways(
+    merged: Model, upserted: Model, bounds: PositionBounds, batch: list[Change]
+) -> None:
+    """``batch`` into ``merged`` by the guarded MERGE, and into ``upserted`` by the path the
+    writer takes: unguarded where the bounds admit it, else the MERGE."""
+    plan = plan_batch(TABLE, batch)
+    apply_to_model(merged, plan)
+    if bounds.admits(plan.changes):
+        blind(upserted, plan)
+    else:
+        apply_to_model(upserted, plan)
+
+
 @st.composite
 def partitioned_batches(draw: st.DrawFn) -> tuple[Model, list[list[Change]]]:
     """A stored table, then a source history whose keys travel in fixed partitions, each
@@ -581,12 +594,47 @@ def test_batches_the_bounds_admit_end_as_the_merge_would(
     merged, upserted = dict(stored), dict(stored)
     bounds = PositionBounds(pos(0))
     for batch in batches:
-        plan = plan_batch(TABLE, batch)
-        apply_to_model(merged, plan)
-        if bounds.admits(plan.changes):
-            blind(upserted, plan)
-        else:
-            apply_to_model(upserted, plan)
+        write_both_ways(merged, upserted, bounds, batch)
+        bounds.record(batch)
+        assert upserted == merged
+
+
+def test_a_partitions_recorded_floor_stands_in_for_the_tables_highest_position() -> None:
+    # Partition 0's rows are older than partition 1's: its floor admits changes that the
+    # table's highest position (another partition's) would send to the MERGE.
+    bounds = PositionBounds(None, floors={0: pos(5), 1: pos(90)}, count=2)
+    assert bounds.admits([change(Op.UPDATE, 1, pos(6), partition=0)])
+    assert not bounds.admits([change(Op.UPDATE, 1, pos(4), partition=0)])  # below its floor
+    assert not bounds.admits([change(Op.UPDATE, 2, pos(50), partition=1)])
+    assert not bounds.admits([change(Op.UPDATE, 3, pos(99), partition=2)])  # no floor, no base
+    assert not PositionBounds(None).admits([])
+    # What a commit records: each partition's floor raised by the changes it commits.
+    committed = [change(Op.UPDATE, 1, pos(7), partition=0)]
+    assert bounds.after(committed, [0, 1, 2]) == {0: pos(7), 1: pos(90)}
+    bounds.record(committed)
+    assert bounds.after([], [0]) == {0: pos(7)}
+    with_base = PositionBounds(pos(30), floors={0: pos(5)})
+    assert with_base.after([], [0, 1]) == {0: pos(5), 1: pos(30)}
+
+
+@given(partitioned_batches(), st.data())
+@settings(max_examples=200)
+def test_partitions_handed_over_with_their_recorded_bounds_end_as_the_merge_would(
+    data: tuple[Model, list[list[Change]]], choose: st.DataObject
+) -> None:
+    # One instance owns every partition, then hands some of them over at random points
+    # (a restart, a rebalance). The new owner starts from the bounds the partitions' last
+    # commits recorded, not the table's highest position: wherever those admit a batch,
+    # the table must come out as the guarded MERGE leaves it.
+    stored, batches = data
+    merged, upserted = dict(stored), dict(stored)
+    recorded: dict[int, str] = dict.fromkeys(range(3), pos(0))  # the stored rows' ceiling
+    bounds = PositionBounds(None, floors=dict(recorded), count=3)
+    for batch in batches:
+        if choose.draw(st.booleans()):  # handed over: tracking starts from the record
+            bounds = PositionBounds(None, floors=dict(recorded), count=3)
+        write_both_ways(merged, upserted, bounds, batch)
+        recorded.update(bounds.after(batch, range(3)))
         bounds.record(batch)
         assert upserted == merged
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 import re
 import string
-from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from history_support import FakeTable
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from pyiceberg.types import (
@@ -258,43 +257,6 @@ def test_offsets_text_is_the_contract_shape() -> None:
 
 
 # -- checkpoint_of ----------------------------------------------------------------------------
-
-
-@dataclass
-class FakeSnapshot:
-    snapshot_id: int
-    parent_snapshot_id: int | None
-    summary: Any
-
-
-@dataclass
-class FakeTable:
-    """A table's history, oldest first; each snapshot's parent is the one before it."""
-
-    snapshots: dict[int, FakeSnapshot] = field(default_factory=dict)
-    current: int | None = None
-
-    @classmethod
-    def of(cls, *summaries: dict[str, str] | None, expired: tuple[int, ...] = ()) -> FakeTable:
-        table = cls()
-        parent = None
-        for i, properties in enumerate(summaries, start=1):
-            summary = (
-                None if properties is None else SimpleNamespace(additional_properties=properties)
-            )
-            snapshot_id = 100 + i
-            table.snapshots[snapshot_id] = FakeSnapshot(snapshot_id, parent, summary)
-            parent = snapshot_id
-        for snapshot_id in expired:
-            del table.snapshots[snapshot_id]
-        table.current = parent
-        return table
-
-    def current_snapshot(self) -> FakeSnapshot | None:
-        return None if self.current is None else self.snapshots[self.current]
-
-    def snapshot_by_id(self, snapshot_id: int) -> FakeSnapshot | None:
-        return self.snapshots.get(snapshot_id)
 
 
 def writer(
