@@ -628,6 +628,14 @@ def bench_writers_command(
     warm_up: Annotated[
         bool, typer.Option(help="The writers' Spark warm-up beside the loop (their default).")
     ] = True,
+    join_after: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Seconds between the instances' starts (0: together): the later ones join a "
+            "table the first is writing, as an added instance does.",
+        ),
+    ] = 0.0,
     out: Annotated[
         Path | None,
         typer.Option(help="Directory of the report (default <state>/bench/writers-<time>)."),
@@ -645,6 +653,7 @@ def bench_writers_command(
         keys=keys,
         instances=tuple(instances or (1, 2)),
         warm_up=warm_up,
+        join_after_s=join_after,
         out=out,
         command="icefjord bench writers " + " ".join(sys.argv[3:]),
     )

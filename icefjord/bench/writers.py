@@ -58,6 +58,10 @@ class WritersOptions:
     # The writer's Spark warm-up (each write path once on a throwaway table, beside the
     # loop): it makes a fresh writer's first commits fast, and costs a drain CPU.
     warm_up: bool = True
+    # Seconds between the instances' starts (0: together). The later ones then join a table
+    # the first is already writing, as an instance added under a backlog does (KEDA's
+    # scale-out), and take over partitions the first has committed.
+    join_after_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,7 @@ class WritersReport:
     warm_up: bool
     machine: str
     runs: tuple[WritersRun, ...] = field(default_factory=tuple)
+    join_after_s: float = 0.0
 
 
 # -- pure ------------------------------------------------------------------------------------
@@ -137,7 +142,9 @@ def render(report: WritersReport) -> str:
         "",
         f"{report.records:,} change records of one table on {report.partitions} partitions "
         f"({report.keys:,} keys inserted, then updates and deletes of random keys), made "
-        "while no writer ran; the instances then started together in one consumer group"
+        "while no writer ran; the instances then started "
+        + (f"{report.join_after_s:g} s apart" if report.join_after_s else "together")
+        + " in one consumer group"
         + ("." if report.warm_up else ", without the writer's Spark warm-up."),
         "",
         "| instances | wall s | records/s | after first commit s | records/s | CPU s "
@@ -293,6 +300,8 @@ def _drain(
     commits = conflicts = 0
     try:
         for i in range(instances):
+            if i and options.join_after_s:
+                time.sleep(options.join_after_s)
             port = _free_port()
             with (logs / f"{name}-{i}.log").open("wb") as out:
                 process = subprocess.Popen(
@@ -425,6 +434,7 @@ def run_writers(
         partitions=options.partitions,
         keys=options.keys,
         warm_up=options.warm_up,
+        join_after_s=options.join_after_s,
         machine=f"{os.cpu_count()} cores, load at end {os.getloadavg()[0]:.1f}",
         runs=tuple(runs),
     )

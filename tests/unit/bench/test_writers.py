@@ -59,3 +59,13 @@ def test_the_report_compares_each_run_with_one_instance() -> None:
     assert "NO: 2 keys missing" in text
     assert "1.60 times one instance's records/s from the start, 2.00 times after" in text
     assert "without the writer's Spark warm-up" in text
+    assert "started together" in text
+
+
+def test_the_report_says_how_far_apart_the_instances_started() -> None:
+    report = WritersReport(
+        "icefjord bench writers --join-after 8", "now", 1_000_000, 6, 1000, True, "2 cores",
+        (_run(2, 25.0, 10.0),), join_after_s=8.0,
+    )  # fmt: skip
+    text = render(report)
+    assert "the instances then started 8 s apart in one consumer group." in text
