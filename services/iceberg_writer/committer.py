@@ -49,6 +49,7 @@ from services.iceberg_writer.tables import (
     recorded_since,
     writes_own_files,
 )
+from services.iceberg_writer.upserts import LeaseTakenError
 from shared.errors import FatalError, RetryableError
 from shared.events import CommitDone, ControlEvent, TopicPartitionOffset
 from shared.histograms import observe_many
@@ -357,6 +358,15 @@ class Committer:
                     summary,
                 )
                 return result.path
+            except LeaseTakenError:
+                # Taken while the batch's files were written: held back like any commit
+                # the lease finds (upserts.py), and not landed under it.
+                self.metrics.lease_deferrals.labels(state.name).inc()
+                log.info(
+                    "compaction lease taken during the commit, held back",
+                    extra={"table": state.name},
+                )
+                return None
             except CommitConflictError as exc:
                 self.metrics.commit_conflicts.labels(state.name).inc()
                 if attempt >= self.settings.commit_retries:

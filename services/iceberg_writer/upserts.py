@@ -65,8 +65,26 @@ from services.iceberg_writer.deletion_vectors import puffin_file
 from services.iceberg_writer.files import TableFiles, discard_uncommitted
 from services.iceberg_writer.key_index import KeyIndex, LiveFile
 from services.iceberg_writer.types import STAGING_FLAG
+from shared.lease import LEASE_PROPERTY, leased
 
-__all__ = ["split_batch", "write_upserts"]
+__all__ = ["LeaseTakenError", "split_batch", "write_upserts"]
+
+
+class LeaseTakenError(Exception):
+    """The maintainer took the table's compaction lease while this commit's files were
+    written: the commit was not made (its files are removed), and its changes wait for the
+    lease's end like any held-back commit's."""
+
+
+def _lease_taken(table: Any) -> bool:
+    """Whether the table, read again now, is under the compaction lease. A commit that
+    deletes in stored files is checked once more just before Iceberg's commit: had the lease
+    been taken since the writer last looked (before it planned and wrote the batch), Iceberg
+    would retry the commit onto the leased metadata, land it under the lease, and the
+    maintainer's rewrite would lose to it and run again with the writer held back."""
+    table.refresh()
+    until = table.properties().get(LEASE_PROPERTY)
+    return until is not None and leased({LEASE_PROPERTY: str(until)}, int(time.time() * 1000))
 
 
 def split_batch(
@@ -138,10 +156,12 @@ def write_upserts(
             index = KeyIndex(files.io, keys, ids)
             if indexes is not None:
                 indexes[target] = index
+        deletes_stored = False
         if base is not None and deleted.num_rows:
             delta.validateFromSnapshot(base.snapshotId())
             live = index.live_files(str(base.manifestListLocation()))
             located = index.positions(live, deleted)
+            deletes_stored = bool(located)
             if located:
                 _validate_deletes_in(files, delta, located)
             if located and int(table.operations().current().formatVersion()) >= 3:
@@ -157,6 +177,8 @@ def write_upserts(
                 delta.addRows(data_file(files, write(part, "upsert"), partition))
         for key, value in summary.items():
             delta.set(key, value)
+        if deletes_stored and _lease_taken(table):
+            raise LeaseTakenError(f"the compaction lease of {target} was taken")
         delta.commit()
     except Exception as exc:
         discard_uncommitted(exc, files, written)
