@@ -187,23 +187,26 @@ class PositionBounds:
 
     def record(self, changes: Iterable[Change]) -> None:
         """``changes`` were committed: their positions bound their partitions' rows."""
-        for change in changes:
-            if change.position > self.partitions.get(change.partition, ""):
-                self.partitions[change.partition] = change.position
+        _raise(self.partitions, changes)
 
     def after(self, changes: Iterable[Change], partitions: Iterable[int]) -> dict[int, str]:
         """Each of ``partitions``' bound once ``changes`` are committed, for the commit to
         record; a partition without a known floor is left out."""
         raised = dict(self.partitions)
-        for change in changes:
-            if change.position > raised.get(change.partition, ""):
-                raised[change.partition] = change.position
+        _raise(raised, changes)
         out: dict[int, str] = {}
         for partition in partitions:
             floor = self.floor(partition)
             if floor is not None:
                 out[partition] = max(floor, raised.get(partition, ""))
         return out
+
+
+def _raise(bounds: dict[int, str], changes: Iterable[Change]) -> None:
+    """Raise each partition's bound in ``bounds`` to its changes' highest position."""
+    for change in changes:
+        if change.position > bounds.get(change.partition, ""):
+            bounds[change.partition] = change.position
 
 
 def plan_batch(table: str, changes: Iterable[Change], truncated_at: str | None = None) -> BatchPlan:

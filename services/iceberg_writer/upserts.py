@@ -65,7 +65,7 @@ from services.iceberg_writer.deletion_vectors import puffin_file
 from services.iceberg_writer.files import TableFiles, discard_uncommitted
 from services.iceberg_writer.key_index import KeyIndex, LiveFile
 from services.iceberg_writer.types import STAGING_FLAG
-from shared.lease import LEASE_PROPERTY, leased
+from shared.lease import leased
 
 __all__ = ["LeaseTakenError", "split_batch", "write_upserts"]
 
@@ -83,8 +83,7 @@ def _lease_taken(table: Any) -> bool:
     would retry the commit onto the leased metadata, land it under the lease, and the
     maintainer's rewrite would lose to it and run again with the writer held back."""
     table.refresh()
-    until = table.properties().get(LEASE_PROPERTY)
-    return until is not None and leased({LEASE_PROPERTY: str(until)}, int(time.time() * 1000))
+    return leased(table.properties(), int(time.time() * 1000))  # a java.util.Map: .get
 
 
 def split_batch(
