@@ -22,6 +22,11 @@ validation ignores, let it go ahead). Only an append to an empty table goes ahea
 ``CommitDone`` names its path (``write_path``), so the maintainer knows whether the writer
 is waiting for a rewrite (:func:`holds_writer_back`) and raises its own CPU priority only
 then.
+
+The writer looks at the lease before it plans a commit; a lease taken after that look is
+caught on the Java side: the upsert path commits through the lease guard
+(``deploy/iceberg-lease-guard``), which reads the same property, with the same rule as
+:func:`leased`, from the metadata each commit attempt is built on, and refuses the attempt.
 """
 
 from __future__ import annotations

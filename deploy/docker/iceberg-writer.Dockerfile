@@ -12,6 +12,13 @@ ARG MAVEN_IMAGE=maven:3.9.9-eclipse-temurin-17
 FROM ${MAVEN_IMAGE} AS jars
 COPY deploy/docker/spark-jars/pom.xml /build/pom.xml
 RUN mvn -B -q -f /build/pom.xml -Djars.dir=/jars process-resources
+# The lease guard (deploy/iceberg-lease-guard): the writer's upsert commits refused, not
+# retried by Iceberg, once the maintainer's compaction lease is on the table. Compiled
+# against the Iceberg runtime above, with the stage's JDK.
+COPY deploy/iceberg-lease-guard/src /build/lease-guard/src
+RUN javac --release 11 -cp "$(echo /jars/iceberg-spark-runtime-*.jar)" -d /build/lease-guard/classes \
+      $(find /build/lease-guard/src -name '*.java') \
+ && jar --create --file /jars/icefjord-lease-guard.jar -C /build/lease-guard/classes .
 
 FROM ${JRE_IMAGE} AS jre
 

@@ -24,6 +24,11 @@ LOCALFS_MODULE = Path(__file__).resolve().parents[2] / "deploy" / "spark-localfs
 LOCALFS_CLASS = "io.icefjord.hadoop.NioLocalFileSystem"
 """Hadoop's ``file://`` file system with permissions set in the JVM, not by a ``chmod``
 process per file (``deploy/spark-localfs``)."""
+LEASE_GUARD_MODULE = Path(__file__).resolve().parents[2] / "deploy" / "iceberg-lease-guard"
+LEASE_GUARD_PREFIX = "icefjord-lease-guard-"
+"""The writer's commits refused, not retried, under the compaction lease
+(``deploy/iceberg-lease-guard``); its jar sits beside the Iceberg runtime it is compiled
+against, so every Spark the local stack starts has it on its classpath."""
 
 
 class ArtifactError(IcefjordError, RuntimeError):
@@ -39,6 +44,8 @@ class Dist:
     spark_jars: tuple[Path, ...]
     localfs_jar: Path | None = None
     """Icefjord's local file system for Spark (:func:`localfs_jar_for`); None: none to build."""
+    lease_guard_jar: Path | None = None
+    """The writer's lease guard (:func:`lease_guard_jar_for`); None: none to build."""
 
     def resolved(self) -> bool:
         """Maven's artifacts are in place (the local file system's jar aside)."""
@@ -50,7 +57,9 @@ class Dist:
         )
 
     def complete(self) -> bool:
-        return self.resolved() and (self.localfs_jar is None or self.localfs_jar.is_file())
+        return self.resolved() and all(
+            jar is None or jar.is_file() for jar in (self.localfs_jar, self.lease_guard_jar)
+        )
 
 
 def dist_for(settings: LocalSettings) -> Dist:
@@ -68,6 +77,7 @@ def dist_for(settings: LocalSettings) -> Dist:
             spark_dir / f"iceberg-aws-bundle-{settings.iceberg_version}.jar",
         ),
         localfs_jar=localfs_jar_for(settings),
+        lease_guard_jar=spark_dir / f"{LEASE_GUARD_PREFIX}{module_digest(LEASE_GUARD_MODULE)}.jar",
     )
 
 
@@ -97,15 +107,33 @@ def build_localfs_jar(target: Path, module: Path = LOCALFS_MODULE) -> None:
     """Compile ``module``'s sources against pyspark's Hadoop jar into ``target`` with the
     JDK's ``javac`` and ``jar`` (no download). Raises :class:`ArtifactError` on failure."""
     hadoop = hadoop_client_jar()
+    if hadoop is None:
+        raise ArtifactError("building the Spark local file system needs pyspark")
+    build_jar(target, module, hadoop)
+
+
+def build_lease_guard_jar(target: Path, iceberg_jar: Path) -> None:
+    """Compile the lease guard against ``iceberg_jar`` (Iceberg's Spark runtime) into
+    ``target``, and remove the guard's jars of earlier sources beside it: two on one
+    classpath would be one too many. Raises :class:`ArtifactError` on failure."""
+    build_jar(target, LEASE_GUARD_MODULE, iceberg_jar)
+    for old in target.parent.glob(f"{LEASE_GUARD_PREFIX}*.jar"):
+        if old != target:
+            old.unlink(missing_ok=True)
+
+
+def build_jar(target: Path, module: Path, classpath: Path) -> None:
+    """Compile ``module``'s sources against ``classpath`` into the jar ``target`` with the
+    JDK's ``javac`` and ``jar`` (no download). Raises :class:`ArtifactError` on failure."""
     javac, jar = shutil.which("javac"), shutil.which("jar")
-    if hadoop is None or javac is None or jar is None:
-        raise ArtifactError("building the Spark local file system needs pyspark and a JDK 17")
+    if javac is None or jar is None:
+        raise ArtifactError(f"building {module.name} needs a JDK 17 (javac and jar)")
     sources = sorted(str(p) for p in (module / "src" / "main" / "java").rglob("*.java"))
-    with tempfile.TemporaryDirectory(prefix="localfs-") as scratch:
+    with tempfile.TemporaryDirectory(prefix=f"{module.name}-") as scratch:
         classes = Path(scratch) / "classes"
         partial = Path(scratch) / target.name
         for command in (
-            [javac, "--release", "11", "-cp", str(hadoop), "-d", str(classes), *sources],
+            [javac, "--release", "11", "-cp", str(classpath), "-d", str(classes), *sources],
             [jar, "--create", "--file", str(partial), "-C", str(classes), "."],
         ):
             done = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -140,6 +168,13 @@ def ensure_artifacts(settings: LocalSettings, progress: Callable[[str], None]) -
         except ArtifactError as exc:
             # Only a saving: the services run on Hadoop's own; the next start tries again.
             progress(f"not built, Spark keeps Hadoop's local file system: {exc}")
+    if dist.lease_guard_jar is not None and not dist.lease_guard_jar.is_file():
+        progress("compiling the writer's lease guard (deploy/iceberg-lease-guard)")
+        try:
+            build_lease_guard_jar(dist.lease_guard_jar, dist.spark_jars[0])
+        except ArtifactError as exc:
+            # The writer then looks at the lease once more before each commit instead.
+            progress(f"not built, the writer keeps its own look at the lease: {exc}")
     return dist
 
 

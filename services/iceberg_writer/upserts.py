@@ -40,6 +40,8 @@ chooses this path only for such tables, and merges into any other with Spark.
 
 from __future__ import annotations
 
+import functools
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -65,25 +67,63 @@ from services.iceberg_writer.deletion_vectors import puffin_file
 from services.iceberg_writer.files import TableFiles, discard_uncommitted
 from services.iceberg_writer.key_index import KeyIndex, LiveFile
 from services.iceberg_writer.types import STAGING_FLAG
-from shared.lease import leased
+from shared.lease import LEASE_PROPERTY, leased
 
 __all__ = ["LeaseTakenError", "split_batch", "write_upserts"]
 
 
+LEASE_GUARD = "io.icefjord.iceberg.LeaseGuard"
+"""The Java side of the lease for an upsert commit (``deploy/iceberg-lease-guard``)."""
+
+_log = logging.getLogger(__name__)
+
+
 class LeaseTakenError(Exception):
-    """The maintainer took the table's compaction lease while this commit's files were
-    written: the commit was not made (its files are removed), and its changes wait for the
-    lease's end like any held-back commit's."""
+    """The maintainer took the table's compaction lease while this commit was made: the
+    commit was not made (its files are removed), and its changes wait for the lease's end
+    like any held-back commit's."""
+
+
+def _row_delta(jvm: Any, table: Any, guarded: bool) -> tuple[Any, bool]:
+    """A ``RowDelta`` on ``table`` and whether the lease guard refuses it under a lease.
+
+    The writer looks at the lease before it plans a batch. A lease taken after that, while
+    the batch's files are written or while Iceberg writes the commit's manifests, makes the
+    catalog's swap fail; Iceberg would then retry the commit on the leased metadata, land
+    it under the lease, and the maintainer's rewrite, planned before it, would lose to it
+    and run again while the writer waits. The guard (``deploy/iceberg-lease-guard``)
+    refuses a commit built on leased metadata, retries included. Without its jar on Spark's
+    classpath (a Spark set up by hand), the caller looks at the lease once more instead,
+    which leaves the window of Iceberg's own commit open."""
+    if not guarded:
+        return table.newRowDelta(), False
+    if jvm.org.apache.spark.util.Utils.classIsLoadable(LEASE_GUARD):
+        guarded_table = jvm.io.icefjord.iceberg.LeaseGuard.guard(table, LEASE_PROPERTY)
+        return guarded_table.newRowDelta(), True
+    _warn_unguarded()
+    return table.newRowDelta(), False
+
+
+@functools.cache
+def _warn_unguarded() -> None:
+    _log.warning(
+        "the lease guard is not on Spark's classpath: a compaction lease taken while a "
+        "commit is made can let the commit in",
+        extra={"class": LEASE_GUARD},
+    )
 
 
 def _lease_taken(table: Any) -> bool:
-    """Whether the table, read again now, is under the compaction lease. A commit that
-    deletes in stored files is checked once more just before Iceberg's commit: had the lease
-    been taken since the writer last looked (before it planned and wrote the batch), Iceberg
-    would retry the commit onto the leased metadata, land it under the lease, and the
-    maintainer's rewrite would lose to it and run again with the writer held back."""
+    """Whether the table, read again now, is under the compaction lease (the look before
+    the commit when there is no guard)."""
     table.refresh()
     return leased(table.properties(), int(time.time() * 1000))  # a java.util.Map: .get
+
+
+def _refused(exc: Exception) -> bool:
+    """Whether ``exc`` is the guard refusing a commit under the lease."""
+    java = getattr(exc, "java_exception", None)
+    return java is not None and str(java.getClass().getName()).startswith(LEASE_GUARD)
 
 
 def split_batch(
@@ -147,7 +187,6 @@ def write_upserts(
             parts = layout.split(rows) if rows.num_rows else []
             commit_append(files, [(write(part, "append"), p) for p, part in parts], summary)
             return time.monotonic() - started
-        delta = table.newRowDelta()
         base = table.currentSnapshot()
         ids = [table.schema().findField(name).fieldId() for name in keys]
         index = (indexes or {}).get(target)
@@ -155,19 +194,23 @@ def write_upserts(
             index = KeyIndex(files.io, keys, ids)
             if indexes is not None:
                 indexes[target] = index
-        deletes_stored = False
+        live: Sequence[LiveFile] = []
+        located: Mapping[str, BitMap64] = {}
         if base is not None and deleted.num_rows:
-            delta.validateFromSnapshot(base.snapshotId())
             live = index.live_files(str(base.manifestListLocation()))
             located = index.positions(live, deleted)
-            deletes_stored = bool(located)
-            if located:
-                _validate_deletes_in(files, delta, located)
-            if located and int(table.operations().current().formatVersion()) >= 3:
+        # Only deletes in stored files wait for a lease: a rewrite cannot lose to new rows.
+        deletes_stored = bool(located)
+        delta, guarded = _row_delta(jvm, table, deletes_stored)
+        if base is not None and deleted.num_rows:
+            delta.validateFromSnapshot(base.snapshotId())
+        if located:
+            _validate_deletes_in(files, delta, located)
+            if int(table.operations().current().formatVersion()) >= 3:
                 path = files.new_path("dv", ".puffin")
                 written.append(path)
                 _add_vectors(files, delta, index, live, located, path)
-            elif located:
+            else:
                 for path, positions in _add_position_deletes(files, delta, live, located, codec):
                     written.append(path)
                     remembered.append((files.uri(path), positions))
@@ -176,9 +219,14 @@ def write_upserts(
                 delta.addRows(data_file(files, write(part, "upsert"), partition))
         for key, value in summary.items():
             delta.set(key, value)
-        if deletes_stored and _lease_taken(table):
+        if deletes_stored and not guarded and _lease_taken(table):
             raise LeaseTakenError(f"the compaction lease of {target} was taken")
-        delta.commit()
+        try:
+            delta.commit()
+        except Exception as exc:
+            if _refused(exc):
+                raise LeaseTakenError(f"the compaction lease of {target} was taken") from exc
+            raise
     except Exception as exc:
         discard_uncommitted(exc, files, written)
         raise

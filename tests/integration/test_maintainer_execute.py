@@ -501,10 +501,10 @@ def test_no_lost_duplicated_or_resurrected_row_under_a_running_writer(
 def test_an_upsert_that_finds_the_lease_taken_before_its_commit_is_held_back(
     stack: Stack, spark: Any, namespace: str
 ) -> None:
-    """The upsert path reads the table once more just before Iceberg's commit. A lease taken
-    after the writer last looked (it looks before it plans and writes the batch) holds the
-    commit back, instead of Iceberg retrying it onto the leased metadata, where it would
-    land under the lease and the maintainer's rewrite would lose to it and run again."""
+    """A lease taken after the writer last looked (it looks before it plans and writes the
+    batch) holds an upsert commit that deletes stored rows back: the lease guard refuses
+    the commit Iceberg builds on the leased metadata, where it would land under the lease
+    and the maintainer's rewrite would lose to it and run again."""
     table = f"{namespace}.late_lease"
     create_table(spark, table, 2)
     append(spark, table, [(k, region(k), "v0") for k in range(10)])
@@ -522,6 +522,44 @@ def test_an_upsert_that_finds_the_lease_taken_before_its_commit_is_held_back(
     expected = {k: (region(k), "v0") for k in range(10) if k != 2}
     expected |= {1: (region(1), "v1"), 20: (region(20), "v1")}
     assert contents(spark, table) == expected
+
+
+@pytest.mark.parametrize("guarded", [True, False], ids=["guarded", "bare"])
+def test_a_commit_rebased_onto_a_lease_lands_only_without_the_guard(
+    stack: Stack, spark: Any, namespace: str, guarded: bool
+) -> None:
+    """A lease that lands while a commit is being made: Iceberg makes the commit again on
+    the refreshed metadata, the lease's, and swaps it in. Through the writer's lease guard
+    (``deploy/iceberg-lease-guard``) that commit is refused, with no snapshot; on the bare
+    table it lands under the lease. The commit here is a transaction's, staged before the
+    lease is taken and rebased by Iceberg onto the lease at its commit."""
+    table = f"{namespace}.rebased_{'guarded' if guarded else 'bare'}"
+    create_table(spark, table, 3)
+    append(spark, table, [(k, region(k), "v0") for k in range(10)])
+    jvm = spark.sparkContext._jvm
+    loaded = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+        spark._jsparkSession, f"icefjord.{table}"
+    )
+    if guarded:
+        loaded = jvm.io.icefjord.iceberg.LeaseGuard.guard(loaded, LEASE_PROPERTY)
+    transaction = loaded.newTransaction()
+    eu = jvm.org.apache.iceberg.expressions.Expressions.equal("region", "eu")
+    transaction.newDelete().deleteFromRowFilter(eu).commit()  # staged, not yet in
+    until = int(time.time() * 1000) + 60_000
+    spark.sql(f"ALTER TABLE icefjord.{table} SET TBLPROPERTIES ('{LEASE_PROPERTY}'='{until}')")
+    catalog = open_catalog(stack.catalog)
+    snapshots = len(catalog.load_table(table).metadata.snapshots)
+    everything = {k: (region(k), "v0") for k in range(10)}
+    if guarded:
+        with pytest.raises(Exception, match="LeaseTakenException"):
+            transaction.commitTransaction()
+        assert len(catalog.load_table(table).metadata.snapshots) == snapshots
+        assert contents(spark, table) == everything
+    else:
+        transaction.commitTransaction()
+        assert len(catalog.load_table(table).metadata.snapshots) == snapshots + 1
+        assert contents(spark, table) == {k: r for k, r in everything.items() if k % 2 == 0}
+    assert leased(catalog.load_table(table).properties, int(time.time() * 1000))
 
 
 @pytest.mark.parametrize("path", ["merge", "upsert"])

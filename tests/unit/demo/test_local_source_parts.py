@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import stat
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -10,10 +11,13 @@ import pytest
 from icefjord.demo.source import SourceNames, choose_schema
 from icefjord.local.artifacts import (
     CONVERTER_MODULE,
+    LEASE_GUARD_MODULE,
+    LEASE_GUARD_PREFIX,
     LOCALFS_CLASS,
     LOCALFS_MODULE,
     ArtifactError,
     Dist,
+    build_lease_guard_jar,
     build_localfs_jar,
     connect_dist_for,
     dist_for,
@@ -217,14 +221,41 @@ def test_the_stack_starts_without_the_local_file_system_if_it_does_not_build(
     def broken(target: Path) -> None:
         raise ArtifactError("javac failed: no JDK here")
 
+    def guard_broken(target: Path, iceberg_jar: Path) -> None:
+        assert iceberg_jar == resolved.spark_jars[0]
+        raise ArtifactError("javac failed: no JDK here")
+
     monkeypatch.setattr(artifacts, "build_localfs_jar", broken)
+    monkeypatch.setattr(artifacts, "build_lease_guard_jar", guard_broken)
     said: list[str] = []
     dist = ensure_artifacts(s, said.append)
     assert dist.resolved() and not dist.complete()
-    assert said[-1] == (
-        "not built, Spark keeps Hadoop's local file system: javac failed: no JDK here"
-    )
+    assert said[-3:] == [
+        "not built, Spark keeps Hadoop's local file system: javac failed: no JDK here",
+        "compiling the writer's lease guard (deploy/iceberg-lease-guard)",
+        "not built, the writer keeps its own look at the lease: javac failed: no JDK here",
+    ]
     assert "ICEFJORD_WRITER_SPARK__CONF" not in service_env(service_spec("writer"), s)
+
+
+def test_the_lease_guard_builds_beside_the_iceberg_runtime_and_replaces_older_builds(
+    tmp_path: Path,
+) -> None:
+    """Compiled against the real runtime jar (``.ci/run`` fetches it before the tests)."""
+    runtime = dist_for(LocalSettings()).spark_jars[0]
+    if not runtime.is_file():
+        pytest.skip(f"no Iceberg runtime at {runtime}: run `icefjord local up` once")
+    jars = tmp_path / "spark-jars"
+    older = jars / f"{LEASE_GUARD_PREFIX}000000000000.jar"
+    older.parent.mkdir()
+    older.write_bytes(b"an older build")
+    target = dist_for(settings(tmp_path)).lease_guard_jar
+    assert target is not None and module_digest(LEASE_GUARD_MODULE) in target.name
+    target = jars / target.name
+    build_lease_guard_jar(target, runtime)
+    assert sorted(jars.iterdir()) == [target]
+    with zipfile.ZipFile(target) as jar:
+        assert "io/icefjord/iceberg/LeaseGuard.class" in jar.namelist()
 
 
 def test_normalizer_reads_only_the_demo_topics(tmp_path: Path) -> None:
