@@ -5,20 +5,15 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PY_SOURCES := services shared icefjord contracts
 PYTEST_ARGS ?=
-# Run again with the warehouse on the local S3 server and the catalog in PostgreSQL: the
-# tests whose subject reads or writes tables (the images' only where their service does).
+# Run again with the warehouse on the local S3 server and the catalog in PostgreSQL.
 # The stack's own tests go last: they stop and start it, PostgreSQL included.
-IMAGES := tests/integration/test_images.py
 S3_SUITE := tests/integration/test_writer.py \
 	tests/integration/test_writer_files.py tests/integration/test_writer_bulk.py \
 	tests/integration/test_writer_crash.py tests/integration/test_maintainer_execute.py \
 	tests/integration/test_maintainer_service.py tests/integration/test_spark_cluster.py \
 	tests/integration/test_writer_group.py \
 	tests/integration/test_demo_e2e.py::test_iceberg_equals_the_source_after_kills_and_a_broker_restart \
-	tests/integration/test_readers.py \
-	$(IMAGES)::test_the_writer_image_commits_survives_kill_minus_nine_and_flushes_on_sigterm \
-	$(IMAGES)::test_the_maintainer_image_compacts_a_table \
-	$(IMAGES)::test_the_compose_files_four_services_run_the_pipeline_against_the_stack \
+	tests/integration/test_readers.py tests/integration/test_images.py \
 	tests/integration/test_local_stack.py
 # Run again with Kafka's client listener SASL_SSL and the registry behind HTTPS with basic
 # auth: the refusals, the command lines, and one short demo through Debezium and the services.
