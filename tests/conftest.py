@@ -149,11 +149,19 @@ def namespace(stack: Stack, unique: Callable[[str], str]) -> Iterator[str]:
     catalog.drop_namespace(name)
 
 
+PRODUCTION_LAYOUT_ONLY = (
+    "storage makes no difference to what this proves, and the production layout's run (make "
+    "test-s3, S3 and a PostgreSQL catalog) is the one users deploy: it runs there"
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark tests by their folder, so no test depends on a module remembering its marker:
     tests under tests/unit are ``unit``, those under tests/integration ``integration``
-    unless marked ``e2e``. A test under tests/unit that asks for the stack is an error."""
+    unless marked ``e2e``. A test under tests/unit that asks for the stack is an error.
+    A ``production_layout`` test is skipped unless the session runs that layout."""
     tests = Path(__file__).parent
+    on_s3 = os.environ.get("ICEFJORD_TEST_STORAGE") == "s3"
     for item in items:
         path = Path(str(item.fspath))
         folder = path.relative_to(tests).parts[0] if path.is_relative_to(tests) else ""
@@ -163,3 +171,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.unit)
         elif folder == "integration" and not item.get_closest_marker("e2e"):
             item.add_marker(pytest.mark.integration)
+        if item.get_closest_marker("production_layout") and not on_s3:
+            item.add_marker(pytest.mark.skip(reason=PRODUCTION_LAYOUT_ONLY))

@@ -42,7 +42,7 @@ from shared.events import (
 )
 from shared.kafka import TopicRequest, ensure_topics, make_admin
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.production_layout]
 
 SPARK_HOME = Path(pyspark.__file__).parent
 # The executor's share of the worker: small, as the tests' stack runs beside it.

@@ -117,6 +117,7 @@ def end_offsets(stack: Stack, topic: str) -> dict[tuple[str, int], int]:
 
 
 @pytest.mark.timeout(2400)
+@pytest.mark.production_layout
 def test_kill_minus_nine_many_times_loses_and_duplicates_nothing(
     stack: Stack, spark: Any, crash_topic: str, tmp_path: Path
 ) -> None:

@@ -29,7 +29,7 @@ from writer_support import producer_for
 from shared.catalog import open_catalog
 from shared.kafka import TopicRequest, ensure_topics, make_admin, make_consumer
 
-pytestmark = pytest.mark.timeout(1200)
+pytestmark = [pytest.mark.timeout(1200), pytest.mark.production_layout]
 
 PARTITIONS = 6
 KEYS = 600
