@@ -120,6 +120,7 @@ def _assert_proven(
 
 
 @pytest.mark.timeout(2700)
+@pytest.mark.production_layout  # the S3 run adds a 60 s outage of the store to the faults
 def test_iceberg_equals_the_source_after_kills_and_a_broker_restart(
     e2e_settings: LocalSettings,
 ) -> None:
