@@ -376,7 +376,8 @@ class Committer:
                 attempt += 1
                 self.metrics.commit_retries.labels(state.name).inc()
                 log.warning(
-                    "commit conflict, retrying", extra={"table": state.name, "attempt": attempt}
+                    "commit conflict, retrying",
+                    extra={"table": state.name, "attempt": attempt, "reason": str(exc)},
                 )
                 time.sleep(min(5.0, 0.2 * 2**attempt))
                 table = self._store.load(state.name) or table
