@@ -45,7 +45,8 @@ class Dist:
     localfs_jar: Path | None = None
     """Icefjord's local file system for Spark (:func:`localfs_jar_for`); None: none to build."""
     lease_guard_jar: Path | None = None
-    """The writer's lease guard (:func:`lease_guard_jar_for`); None: none to build."""
+    """The writer's lease guard, beside the Iceberg runtime (:func:`build_lease_guard_jar`);
+    None: none to build."""
 
     def resolved(self) -> bool:
         """Maven's artifacts are in place (the local file system's jar aside)."""

@@ -97,11 +97,18 @@ def _row_delta(jvm: Any, table: Any, guarded: bool) -> tuple[Any, bool]:
     which leaves the window of Iceberg's own commit open."""
     if not guarded:
         return table.newRowDelta(), False
-    if jvm.org.apache.spark.util.Utils.classIsLoadable(LEASE_GUARD):
+    if _guard_loadable(jvm):
         guarded_table = jvm.io.icefjord.iceberg.LeaseGuard.guard(table, LEASE_PROPERTY)
         return guarded_table.newRowDelta(), True
     _warn_unguarded()
     return table.newRowDelta(), False
+
+
+@functools.cache
+def _guard_loadable(jvm: Any) -> bool:
+    """Whether the guard's class is on the JVM's classpath: asked once per JVM, not at
+    every commit (the classpath is fixed when the JVM starts)."""
+    return bool(jvm.org.apache.spark.util.Utils.classIsLoadable(LEASE_GUARD))
 
 
 @functools.cache
