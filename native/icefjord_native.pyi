@@ -2,6 +2,8 @@
 ``services/cdc_normalizer/native_row.py``) and the writer's changes (``native/src/change.rs``,
 see ``services/iceberg_writer/native_changes.py``)."""
 
+# (field name, kind, a, b, optional); an array column's kind is "items:<kind>" or
+# "nullable-items:<kind>".
 ColumnSpecs = list[tuple[str, str, int, int, bool]]
 
 class RowProgram:
@@ -27,7 +29,9 @@ class RecordProgram:
     ) -> tuple[str, str, int, bytes, bytes] | None: ...
 
 Target = tuple[str, str, int, int]
-Buffers = tuple[int, bytes | None, bytes | None, bytes]
+# (null count, validity, offsets, data); a list column's items as a second one, with their count.
+Items = tuple[int, bytes | None, bytes | None, bytes]
+Buffers = tuple[int, bytes | None, bytes | None, bytes, tuple[int, Items] | None]
 
 class ChangeProgram:
     def __init__(self, schema: str, keys: list[str]) -> None: ...

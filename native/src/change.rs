@@ -68,6 +68,12 @@ enum Kind {
         scale: i64,
     },
     Enum(Vec<String>),
+    /// An array of items of a kind above (no arrays of arrays); `null_branch` of a nullable
+    /// item.
+    Array {
+        item: Box<Kind>,
+        null_branch: Option<u64>,
+    },
 }
 
 struct Column {
@@ -212,6 +218,17 @@ fn kind(schema: &Value) -> PyResult<Kind> {
                 .map(|s| s.as_str().map(str::to_owned).ok_or_else(|| bad("enum symbol")))
                 .collect::<PyResult<_>>()?,
         ),
+        ("array", None) => {
+            let (null_branch, base) = nullable(object.get("items").unwrap_or(&Value::Null))?;
+            let item = kind(base)?;
+            if matches!(item, Kind::Array { .. }) {
+                return Err(bad("an array of arrays"));
+            }
+            Kind::Array {
+                item: Box::new(item),
+                null_branch,
+            }
+        }
         (other, logical) => return Err(bad(format!("{other} ({logical:?}) is not a kind the program reads"))),
     })
 }
@@ -431,6 +448,14 @@ impl<'a> Cursor<'a> {
                     return Err(Miss);
                 }
             }
+            Kind::Array { item, null_branch } => self.blocks(|c| {
+                if let Some(null) = null_branch {
+                    if c.branch(2)? == *null {
+                        return Ok(());
+                    }
+                }
+                c.value(item)
+            })?,
         }
         Ok(())
     }
@@ -467,6 +492,45 @@ struct Built {
     offsets32: Vec<i32>,
     offsets64: Vec<i64>,
     data: Vec<u8>,
+    /// A list column's items: their count and buffers.
+    items: Option<(usize, Box<Built>)>,
+}
+
+impl Built {
+    fn new(layout: Layout, n: usize) -> Built {
+        let mut built = Built {
+            validity: vec![0u8; n.div_ceil(8)],
+            nulls: 0,
+            offsets32: Vec::new(),
+            offsets64: Vec::new(),
+            data: Vec::with_capacity(match layout {
+                Layout::Bits => n.div_ceil(8),
+                Layout::Fixed(width) => n * width,
+                _ => n * 8,
+            }),
+            items: None,
+        };
+        if layout == Layout::Bits {
+            built.data.resize(n.div_ceil(8), 0);
+        }
+        match layout {
+            Layout::Var32 | Layout::List(_, false) => built.offsets32.push(0),
+            Layout::Var64 | Layout::List(_, true) => built.offsets64.push(0),
+            _ => {}
+        }
+        built
+    }
+
+    /// A null at the end: no bit in the validity, a zero value or an empty one.
+    fn push_null(&mut self, layout: Layout) {
+        self.nulls += 1;
+        match layout {
+            Layout::Bits => {}
+            Layout::Fixed(width) => self.data.resize(self.data.len() + width, 0),
+            Layout::Var32 | Layout::List(_, false) => self.offsets32.push(*self.offsets32.last().unwrap_or(&0)),
+            Layout::Var64 | Layout::List(_, true) => self.offsets64.push(*self.offsets64.last().unwrap_or(&0)),
+        }
+    }
 }
 
 /// The Arrow layout a table column asks for.
@@ -476,6 +540,46 @@ enum Layout {
     Fixed(usize),
     Var32,
     Var64,
+    /// A list of items of a layout above; with 64-bit offsets (a large list) or 32-bit ones.
+    List(&'static Layout, bool),
+}
+
+/// The layout of `arrow` (one of `columns`' names) whatever the row holds; None for another.
+fn plain_layout(arrow: &str) -> Option<Layout> {
+    Some(match arrow {
+        "bool" => Layout::Bits,
+        "int32" | "date32" | "float32" => Layout::Fixed(4),
+        "int64" | "float64" | "timestamp_us" => Layout::Fixed(8),
+        "decimal128" => Layout::Fixed(16),
+        "string" | "binary" => Layout::Var32,
+        "large_string" | "large_binary" => Layout::Var64,
+        _ => {
+            let (large, item) = list_target(arrow)?;
+            Layout::List(leaf(plain_layout(item)?)?, large)
+        }
+    })
+}
+
+/// Whether `arrow` names a large list or a list, and its item's type.
+fn list_target(arrow: &str) -> Option<(bool, &str)> {
+    match (arrow.strip_prefix("large_list:"), arrow.strip_prefix("list:")) {
+        (Some(item), _) => Some((true, item)),
+        (_, Some(item)) => Some((false, item)),
+        _ => None,
+    }
+}
+
+/// `layout` as a `'static` item layout of a list; None for a list itself.
+fn leaf(layout: Layout) -> Option<&'static Layout> {
+    Some(match layout {
+        Layout::Bits => &Layout::Bits,
+        Layout::Fixed(4) => &Layout::Fixed(4),
+        Layout::Fixed(8) => &Layout::Fixed(8),
+        Layout::Fixed(16) => &Layout::Fixed(16),
+        Layout::Var32 => &Layout::Var32,
+        Layout::Var64 => &Layout::Var64,
+        _ => return None,
+    })
 }
 
 impl ChangeProgram {
@@ -545,9 +649,14 @@ impl ChangeProgram {
         Ok(out)
     }
 
-    fn layout(&self, column: &Column, arrow: &str, a: i64, b: i64) -> Option<Layout> {
+    fn layout(&self, kind: &Kind, arrow: &str, a: i64, b: i64) -> Option<Layout> {
         use Kind::*;
-        Some(match (&column.kind, arrow) {
+        if let Array { item, .. } = kind {
+            let (large, arrow) = list_target(arrow)?;
+            let inner = self.layout(item, arrow, a, b)?;
+            return Some(Layout::List(leaf(inner)?, large));
+        }
+        Some(match (kind, arrow) {
             (Bool, "bool") => Layout::Bits,
             (Int, "int32") | (Date, "date32") | (Float, "float32") => Layout::Fixed(4),
             (Int | Long, "int64") | (Float | Double, "float64") => Layout::Fixed(8),
@@ -568,24 +677,9 @@ impl ChangeProgram {
         layout: Layout,
     ) -> Read<Built> {
         let n = rows.len();
-        let mut built = Built {
-            validity: vec![0u8; n.div_ceil(8)],
-            nulls: 0,
-            offsets32: Vec::new(),
-            offsets64: Vec::new(),
-            data: Vec::with_capacity(match layout {
-                Layout::Bits => n.div_ceil(8),
-                Layout::Fixed(width) => n * width,
-                _ => n * 8,
-            }),
-        };
-        if layout == Layout::Bits {
-            built.data.resize(n.div_ceil(8), 0);
-        }
-        match layout {
-            Layout::Var32 => built.offsets32.push(0),
-            Layout::Var64 => built.offsets64.push(0),
-            _ => {}
+        let mut built = Built::new(layout, n);
+        if let Layout::List(item_layout, _) = layout {
+            built.items = Some((0, Box::new(Built::new(*item_layout, 0))));
         }
         for (i, row) in rows.iter().enumerate() {
             let at = match (row, field) {
@@ -593,24 +687,57 @@ impl ChangeProgram {
                 _ => None,
             };
             match at {
-                None => {
-                    built.nulls += 1;
-                    match layout {
-                        Layout::Bits => {}
-                        Layout::Fixed(width) => built.data.resize(built.data.len() + width, 0),
-                        Layout::Var32 => built.offsets32.push(*built.offsets32.last().unwrap_or(&0)),
-                        Layout::Var64 => built.offsets64.push(*built.offsets64.last().unwrap_or(&0)),
-                    }
-                }
+                None => built.push_null(layout),
                 Some((body, at)) => {
                     built.validity[i / 8] |= 1 << (i % 8);
                     let mut c = Cursor { data: body, at };
                     let kind = &self.row[field.unwrap_or(0)].kind;
-                    self.put(&mut c, kind, layout, i, &mut built)?;
+                    match (kind, layout) {
+                        (Kind::Array { item, null_branch }, Layout::List(item_layout, large)) => {
+                            self.put_items(&mut c, item, *null_branch, (*item_layout, large), &mut built)?;
+                        }
+                        _ => self.put(&mut c, kind, layout, i, &mut built)?,
+                    }
                 }
             }
         }
         Ok(built)
+    }
+
+    /// One array value's items appended to a list column's items, and its end offset.
+    fn put_items(
+        &self,
+        c: &mut Cursor,
+        item: &Kind,
+        null_branch: Option<u64>,
+        (layout, large): (Layout, bool),
+        list: &mut Built,
+    ) -> Read<()> {
+        let (count, items) = list.items.as_mut().ok_or(Miss)?;
+        c.blocks(|c| {
+            let j = *count;
+            *count += 1;
+            if items.validity.len() * 8 <= j {
+                items.validity.push(0);
+                if layout == Layout::Bits {
+                    items.data.push(0);
+                }
+            }
+            if let Some(null) = null_branch {
+                if c.branch(2)? == null {
+                    items.push_null(layout);
+                    return Ok(());
+                }
+            }
+            items.validity[j / 8] |= 1 << (j % 8);
+            self.put(c, item, layout, j, items)
+        })?;
+        if large {
+            list.offsets64.push(*count as i64);
+        } else {
+            list.offsets32.push(i32::try_from(*count).map_err(|_| Miss)?);
+        }
+        Ok(())
     }
 
     fn put(&self, c: &mut Cursor, kind: &Kind, layout: Layout, i: usize, out: &mut Built) -> Read<()> {
@@ -653,6 +780,7 @@ impl ChangeProgram {
                 out.data.extend_from_slice(symbols.get(index).ok_or(Miss)?.as_bytes());
                 self.end_value(layout, out)?;
             }
+            Kind::Array { .. } => return Err(Miss), // put_items reads them
             Kind::Time { per_unit } => {
                 let count = if *per_unit == 1 { c.long()? } else { c.int()? };
                 let micros = count * per_unit;
@@ -697,6 +825,14 @@ struct Decoded<'a> {
 
 type Target = (String, String, i64, i64);
 type Buffers<'py> = (
+    usize,
+    Option<Bound<'py, PyBytes>>,
+    Option<Bound<'py, PyBytes>>,
+    Bound<'py, PyBytes>,
+    Option<(usize, Items<'py>)>,
+);
+/// A list column's items: null count, validity, offsets and data, as a column's.
+type Items<'py> = (
     usize,
     Option<Bound<'py, PyBytes>>,
     Option<Bound<'py, PyBytes>>,
@@ -832,9 +968,11 @@ impl ChangeProgram {
 
     /// The Arrow buffers of `targets` (`(column, Arrow type, a, b)`: `bool`, `int32`, `int64`,
     /// `float32`, `float64`, `date32`, `timestamp_us` (a: 1 with a time zone), `decimal128`
-    /// (a, b: precision and scale), `string`, `large_string`, `binary`, `large_binary`) for
-    /// `rows`, each a `(value, row start)` from :meth:`decode` or None (a null row): per
-    /// target `(null count, validity, offsets, data)`. None when a column's table type is not
+    /// (a, b: precision and scale), `string`, `large_string`, `binary`, `large_binary`, and
+    /// `list:<one of those>` or `large_list:<one of those>` with the item's a and b) for `rows`, each a `(value, row start)`
+    /// from :meth:`decode` or None (a null row): per target `(null count, validity, offsets,
+    /// data, items)`, items None but for a list, where they are `(item count, (null count,
+    /// validity, offsets, data))` of its items. None when a column's table type is not
     /// the one its Avro type maps to, or a row does not read.
     fn columns<'py>(
         &self,
@@ -846,19 +984,11 @@ impl ChangeProgram {
         for (name, arrow, a, b) in &targets {
             let field = self.row.iter().position(|c| c.name == *name);
             let layout = match field {
-                Some(f) => match self.layout(&self.row[f], arrow, *a, *b) {
-                    Some(layout) => layout,
-                    None => return Ok(None),
-                },
-                None => match arrow.as_str() {
-                    "bool" => Layout::Bits,
-                    "int32" | "date32" | "float32" => Layout::Fixed(4),
-                    "int64" | "float64" | "timestamp_us" => Layout::Fixed(8),
-                    "decimal128" => Layout::Fixed(16),
-                    "string" | "binary" => Layout::Var32,
-                    "large_string" | "large_binary" => Layout::Var64,
-                    _ => return Ok(None),
-                },
+                Some(f) => self.layout(&self.row[f].kind, arrow, *a, *b),
+                None => plain_layout(arrow),
+            };
+            let Some(layout) = layout else {
+                return Ok(None);
             };
             plans.push((field, layout));
         }
@@ -882,16 +1012,27 @@ impl ChangeProgram {
             let Ok(built) = self.column(&located, field, layout) else {
                 return Ok(None);
             };
-            let validity = (built.nulls > 0).then(|| PyBytes::new(py, &built.validity));
-            let offsets = match layout {
-                Layout::Var32 => Some(PyBytes::new(py, &i32_bytes(&built.offsets32))),
-                Layout::Var64 => Some(PyBytes::new(py, &i64_bytes(&built.offsets64))),
+            let (nulls, validity, offsets, data) = buffers(py, &built, layout);
+            let items = match (&built.items, layout) {
+                (Some((count, items)), Layout::List(item_layout, _)) => {
+                    Some((*count, buffers(py, items, *item_layout)))
+                }
                 _ => None,
             };
-            out.push((built.nulls, validity, offsets, PyBytes::new(py, &built.data)));
+            out.push((nulls, validity, offsets, data, items));
         }
         Ok(Some(out))
     }
+}
+
+fn buffers<'py>(py: Python<'py>, built: &Built, layout: Layout) -> Items<'py> {
+    let validity = (built.nulls > 0).then(|| PyBytes::new(py, &built.validity));
+    let offsets = match layout {
+        Layout::Var32 | Layout::List(_, false) => Some(PyBytes::new(py, &i32_bytes(&built.offsets32))),
+        Layout::Var64 | Layout::List(_, true) => Some(PyBytes::new(py, &i64_bytes(&built.offsets64))),
+        _ => None,
+    };
+    (built.nulls, validity, offsets, PyBytes::new(py, &built.data))
 }
 
 fn i32_bytes(values: &[i32]) -> Vec<u8> {

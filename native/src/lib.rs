@@ -87,6 +87,8 @@ struct Column {
     name: String,
     kind: Kind,
     optional: bool,
+    /// An array column of `kind` items (converters._array): whether an item may be null.
+    items: Option<bool>,
 }
 
 /// Columns of one record (a row or a key) and how each is written.
@@ -141,10 +143,17 @@ impl Columns {
         let mut known = HashMap::new();
         for (index, (name, kind, a, b, optional)) in specs.into_iter().enumerate() {
             known.insert(name.clone(), index);
+            // "items:<kind>" and "nullable-items:<kind>": an array of that kind's items.
+            let (items, kind) = match (kind.strip_prefix("items:"), kind.strip_prefix("nullable-items:")) {
+                (Some(item), _) => (Some(false), item.to_string()),
+                (_, Some(item)) => (Some(true), item.to_string()),
+                _ => (None, kind),
+            };
             columns.push(Column {
                 name,
                 kind: kind_of(&kind, a, b)?,
                 optional,
+                items,
             });
         }
         Ok(Columns {
@@ -172,7 +181,7 @@ impl Columns {
                     if column.optional {
                         out.push(2); // branch 1
                     }
-                    self.write_value(column.kind, value, out)?;
+                    self.write_column(column, value, out)?;
                 }
             }
         }
@@ -189,10 +198,42 @@ impl Columns {
                     if column.optional {
                         out.push(2);
                     }
-                    self.write_value(column.kind, value, out)?;
+                    self.write_column(column, value, out)?;
                 }
             }
         }
+        Ok(())
+    }
+
+    fn write_column(&self, column: &Column, value: &Value, out: &mut Vec<u8>) -> Step<()> {
+        let Some(nullable_items) = column.items else {
+            return self.write_value(column.kind, value, out);
+        };
+        let Value::Array(items) = value else {
+            return Err(Fallback);
+        };
+        if let [Value::String(only)] = items.as_slice() {
+            if *only == self.placeholder {
+                return Err(Fallback); // an unchanged TOASTed array (plan.unavailable)
+            }
+        }
+        // The Avro encoder's array: one block of every item, then the empty block.
+        if !items.is_empty() {
+            write_long(out, items.len() as i64);
+            for item in items {
+                match item {
+                    Value::Null if nullable_items => out.push(0),
+                    Value::Null => return Err(Fallback),
+                    item => {
+                        if nullable_items {
+                            out.push(2);
+                        }
+                        self.write_value(column.kind, item, out)?;
+                    }
+                }
+            }
+        }
+        out.push(0);
         Ok(())
     }
 

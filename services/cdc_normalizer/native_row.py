@@ -10,8 +10,9 @@ row, exactly as ``normalize`` and the Avro encoder write them.
 
 :func:`record_program` decides, once per (value schema, key schema), whether every column of
 the row and of the key is of a kind the program writes, mirroring ``converters._compile``'s
-decisions and checking each column's Avro type; a table with any other column (structs, arrays,
-maps, bits, zoned times, numerics read through their source type) stays on the Python path.
+decisions and checking each column's Avro type. An array of items of a kind it writes is
+written item by item; a table with any other column (structs, maps, arrays of those or of
+arrays, bits, zoned times, numerics read through their source type) stays on the Python path.
 Per record the program returns nothing for anything it is not certain about (another connector,
 the flattened shape, a TRUNCATE, a type, range or text form the converters' fast paths would not
 take, the unavailable-value placeholder, a source value that is neither text, boolean nor
@@ -114,12 +115,52 @@ def _spec(schema: ConnectSchema) -> tuple[ColumnSpec, Any] | None:
         return ("text", 0, 0), None  # "string", or a string with a semantic
     if name is not None and name.startswith(("io.debezium.", "org.apache.kafka.", "io.icefjord.")):
         return None  # a logical type not listed above
+    if schema.kind is ConnectKind.ARRAY:
+        return _array_spec(schema)
     if schema.kind in _INT_BITS:
         return ("int", _INT_BITS[schema.kind], 0), "int"
     return _PLAIN.get(schema.kind)
 
 
+def _array_spec(schema: ConnectSchema) -> tuple[ColumnSpec, Any] | None:
+    """An array of items of one compiled kind (``converters._array``): ``items:<kind>``, or
+    ``nullable-items:<kind>`` when an item may be null. Arrays of arrays, maps or structs stay
+    on the Python path."""
+    items = schema.items
+    if items is None or items.kind in (ConnectKind.ARRAY, ConnectKind.MAP, ConnectKind.STRUCT):
+        return None
+    item = _spec(items)
+    if item is None:
+        return None
+    (kind, a, b), expected = item
+    prefix = "nullable-items:" if items.optional else "items:"
+    return (prefix + kind, a, b), _ArrayOf(expected, items.optional)
+
+
+class _ArrayOf:
+    """The Avro type an array column must have: an array of the item's type, in a union with
+    null when an item may be null."""
+
+    __slots__ = ("item", "nullable")
+
+    def __init__(self, item: Any, nullable: bool) -> None:
+        self.item = item
+        self.nullable = nullable
+
+    def matches(self, actual: Any) -> bool:
+        if not isinstance(actual, dict) or actual.get("type") != "array" or len(actual) != 2:
+            return False
+        items = actual.get("items")
+        if self.nullable:
+            if not (isinstance(items, list) and len(items) == 2 and items[0] == "null"):
+                return False
+            items = items[1]
+        return _matches(self.item, items)
+
+
 def _matches(expected: Any, actual: Any) -> bool:
+    if isinstance(expected, _ArrayOf):
+        return expected.matches(actual)
     if expected is None:  # a text column: a plain Avro string, with any semantic
         kind = actual.get("type") if isinstance(actual, dict) else actual
         return kind == "string" and not (isinstance(actual, dict) and "logicalType" in actual)

@@ -8,8 +8,9 @@ hands a batch of them to :func:`arrow_columns`, which builds each data column in
 instead of a Python object per value and a list per column.
 
 What the program does not read takes the Python path, with the result it always had: a
-schema with a column of another kind (a record, array, map or fixed, a union of several
-types) gets no program; a body it is not certain about (trailing bytes, invalid UTF-8, a value
+schema with a column of another kind (a record, map or fixed, an array of any of those or of
+arrays, a union of several types) gets no program; an array of the kinds it reads becomes a
+list column; a body it is not certain about (trailing bytes, invalid UTF-8, a value
 outside the range of the Python type the decoder builds) is decoded by ``AvroDecoder``; a
 batch with a row of another schema, or a table column whose type is not the one the row's
 Avro type maps to, is built in Python. Anything else that reads an :class:`EncodedRow` (a
@@ -103,6 +104,11 @@ def arrow_target(field: pa.Field) -> tuple[str, int, int] | None:
         return ("timestamp_us", 1 if kind.tz is not None else 0, 0)
     if pa.types.is_decimal128(kind):
         return ("decimal128", kind.precision, kind.scale)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        item = arrow_target(kind.value_field)
+        if item is not None and "list:" not in item[0]:
+            prefix = "large_list" if pa.types.is_large_list(kind) else "list"
+            return (f"{prefix}:{item[0]}", item[1], item[2])
     return None
 
 
@@ -152,10 +158,37 @@ def arrow_columns(
     if built is None:
         return None
     arrays = []
-    for field, (nulls, validity, offsets, data) in zip(fields, built, strict=True):
-        buffers = [None if validity is None else pa.py_buffer(validity)]
-        if offsets is not None:
-            buffers.append(pa.py_buffer(offsets))
-        buffers.append(pa.py_buffer(data))
-        arrays.append(pa.Array.from_buffers(field.type, len(refs), buffers, null_count=nulls))
+    for field, (nulls, validity, offsets, data, items) in zip(fields, built, strict=True):
+        if items is None:
+            arrays.append(_array(field.type, len(refs), nulls, validity, offsets, data))
+            continue
+        count, (item_nulls, item_validity, item_offsets, item_data) = items
+        values = _array(
+            field.type.value_type, count, item_nulls, item_validity, item_offsets, item_data
+        )
+        buffers = [_buffer(validity), pa.py_buffer(offsets)]
+        arrays.append(
+            pa.Array.from_buffers(
+                field.type, len(refs), buffers, null_count=nulls, children=[values]
+            )
+        )
     return arrays
+
+
+def _buffer(data: bytes | None) -> pa.Buffer | None:
+    return None if data is None else pa.py_buffer(data)
+
+
+def _array(
+    kind: pa.DataType,
+    length: int,
+    nulls: int,
+    validity: bytes | None,
+    offsets: bytes | None,
+    data: bytes,
+) -> pa.Array:
+    buffers = [_buffer(validity)]
+    if offsets is not None:
+        buffers.append(pa.py_buffer(offsets))
+    buffers.append(pa.py_buffer(data))
+    return pa.Array.from_buffers(kind, length, buffers, null_count=nulls)

@@ -80,7 +80,16 @@ COLUMNS: tuple[tuple[str, ConnectKind, str | None, tuple[tuple[str, str], ...]],
     ("zts", ConnectKind.STRING, "io.debezium.time.ZonedTimestamp", ()),
     ("year", ConnectKind.INT32, "io.debezium.time.Year", ()),
     ("span", ConnectKind.INT64, "io.debezium.time.MicroDuration", ()),
+    ("ints", ConnectKind.ARRAY, None, ()),
+    ("labels", ConnectKind.ARRAY, None, ()),
+    ("days", ConnectKind.ARRAY, None, ()),
 )
+# The items of the array columns: nullable ints, text that may not be null, dates.
+_ITEMS = {
+    "ints": ConnectSchema(ConnectKind.INT32, optional=True),
+    "labels": ConnectSchema(ConnectKind.STRING),
+    "days": ConnectSchema(ConnectKind.INT32, optional=True, name="io.debezium.time.Date"),
+}
 _VSD_FIELDS = (
     ConnectField("scale", ConnectSchema(ConnectKind.INT32)),
     ConnectField("value", ConnectSchema(ConnectKind.BYTES)),
@@ -96,6 +105,7 @@ def row_schema(optional: dict[str, bool]) -> ConnectSchema:
             name=name,
             parameters=params,
             fields=_VSD_FIELDS if kind is ConnectKind.STRUCT else (),
+            items=_ITEMS.get(column),
         )
         fields.append(ConnectField(column, schema))
     return ConnectSchema(ConnectKind.STRUCT, fields=tuple(fields))
@@ -203,6 +213,20 @@ VALUES: dict[str, st.SearchStrategy[str]] = {
 }
 
 
+def _arrays(item: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    """JSON arrays of item texts (a null among them now and then), the unchanged-TOAST
+    placeholder as Debezium sends it for an array, and a few that are not arrays."""
+    return st.one_of(
+        st.lists(st.one_of(item, st.just("null")), max_size=5).map(lambda t: f"[{', '.join(t)}]"),
+        st.sampled_from([f'["{DEFAULT_UNAVAILABLE_VALUE}"]', '"[1]"', "{}"]),
+    )
+
+
+VALUES["ints"] = _arrays(VALUES["i32"])
+VALUES["labels"] = _arrays(VALUES["text"])
+VALUES["days"] = _arrays(VALUES["day"])
+
+
 @st.composite
 def images(draw: Callable[..., Any]) -> tuple[dict[str, bool], bytes]:
     """A row of one to three columns besides the key, so that most rows are valid: a row
@@ -250,6 +274,9 @@ def _valid_image() -> bytes:
         "zts": "2024-02-29T23:59:59.5Z",
         "year": 2024,
         "span": -86400000000,
+        "ints": [1, None, -2147483648],
+        "labels": ["a", "", "ü"],
+        "days": [],
     }
     return json.dumps(row).encode()
 
@@ -281,10 +308,12 @@ def test_a_valid_row_of_every_kind_takes_the_compiled_path() -> None:
 
 
 def test_columns_the_program_does_not_write_keep_the_table_on_the_python_path() -> None:
-    array = ConnectSchema(ConnectKind.ARRAY, items=ConnectSchema(ConnectKind.STRING))
+    strings = ConnectSchema(ConnectKind.ARRAY, items=ConnectSchema(ConnectKind.STRING))
+    nested = ConnectSchema(ConnectKind.ARRAY, items=strings)
     geometry = ConnectSchema(ConnectKind.STRUCT, name="io.debezium.data.geometry.Point")
+    geometries = ConnectSchema(ConnectKind.ARRAY, items=geometry)
     zoned_time = ConnectSchema(ConnectKind.STRING, name="io.debezium.time.ZonedTime")
-    for column in (array, geometry, zoned_time):
+    for column in (nested, geometry, geometries, zoned_time):
         fields = (ConnectField("id", ConnectSchema(ConnectKind.INT64)), ConnectField("c", column))
         row = ConnectSchema(ConnectKind.STRUCT, fields=fields)
         assert native_row.row_program(row, DEFAULT_UNAVAILABLE_VALUE) is None

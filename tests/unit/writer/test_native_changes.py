@@ -70,6 +70,11 @@ KINDS: dict[str, Any] = {
     "decimal": _decimal(14, 2),
     "decimal38": _decimal(38, 10),
     "enum": {"type": "enum", "name": "Colour", "symbols": ["RED", "GREEN", "BLUE"]},
+    # Arrays (list columns): nullable ints, text, nullable dates, booleans past a byte.
+    "array-int": {"type": "array", "items": ["null", "int"]},
+    "array-string": {"type": "array", "items": "string"},
+    "array-date": {"type": "array", "items": ["null", {"type": "int", "logicalType": "date"}]},
+    "array-boolean": {"type": "array", "items": "boolean"},
 }
 
 
@@ -132,6 +137,14 @@ def raw_value(kind: str, rng: random.Random, wild: bool) -> Any:
         return _signed_bytes(rng.choice([top, -top, 0]) if edge else rng.randint(-top, top))
     if kind == "enum":
         return rng.choice(["RED", "GREEN", "BLUE"])
+    if kind.startswith("array-"):
+        item = kind.removeprefix("array-")
+        nullable = isinstance(KINDS[kind]["items"], list)
+        size = rng.choice([0, 1, 3, 9, 20])
+        return [
+            None if nullable and rng.random() < 0.2 else raw_value(item, rng, wild)
+            for _ in range(size)
+        ]
     raise AssertionError(kind)
 
 
@@ -391,7 +404,8 @@ def test_bodies_the_program_is_not_certain_of_go_to_the_python_path() -> None:
     "column",
     [
         {"type": "fixed", "name": "F", "size": 4},
-        {"type": "array", "items": "long"},
+        {"type": "array", "items": {"type": "array", "items": "long"}},
+        {"type": "array", "items": {"type": "map", "values": "long"}},
         {"type": "map", "values": "long"},
         ["null", "long", "string"],
         {"type": "long", "logicalType": "timestamp-nanos"},
