@@ -174,6 +174,16 @@ class PositionBounds:
     def floor(self, partition: int) -> str | None:
         return self.floors.get(partition, self.base)
 
+    def committed(self) -> dict[int, str]:
+        """Per partition, a position every change of it up to which is in the table: its
+        recorded floor or the bound this writer raised. ``base`` bounds the rows of every
+        partition together, not each one's, so it is not used."""
+        out = dict(self.floors)
+        for partition, bound in self.partitions.items():
+            if bound > out.get(partition, ""):
+                out[partition] = bound
+        return out
+
     def admits(self, changes: Iterable[Change]) -> bool:
         """Whether every change is at least as new as the stored row of its key."""
         floors, base, bounds = self.floors, self.base, self.partitions
@@ -209,13 +219,23 @@ def _raise(bounds: dict[int, str], changes: Iterable[Change]) -> None:
             bounds[change.partition] = change.position
 
 
-def plan_batch(table: str, changes: Iterable[Change], truncated_at: str | None = None) -> BatchPlan:
+def plan_batch(
+    table: str,
+    changes: Iterable[Change],
+    truncated_at: str | None = None,
+    committed: Mapping[int, str] | None = None,
+) -> BatchPlan:
     """Reduce ``changes`` (any order) to at most one change per key, honouring truncates.
 
     ``truncated_at`` is the position of the table's last committed truncate: a change from
     before it that arrives late (on another partition) belongs to the emptied table and is
     dropped, and so is that truncate when it comes again (a connector's replay): applied
     again, it would empty the table of every row committed since.
+
+    ``committed``: per partition, a position up to which its changes are in the table
+    (:meth:`PositionBounds.committed`). A change at or below it is a replay of one already
+    stored, so it gives a partial update none of its values: the stored row is at least as
+    new.
     """
     items = [
         c
@@ -239,7 +259,7 @@ def plan_batch(table: str, changes: Iterable[Change], truncated_at: str | None =
         if held is None or change.order >= held.order:
             latest[change.key] = change
     if any(c.unchanged for c in latest.values()):
-        _fill_unchanged(latest, items, cutoff)
+        _fill_unchanged(latest, items, cutoff, committed or {})
     upserts = tuple(c for c in latest.values() if c.op is not Op.DELETE)
     deletes = tuple(c for c in latest.values() if c.op is Op.DELETE)
     position = max((c.position for c in truncates), default=None)
@@ -250,17 +270,23 @@ def _fill_unchanged(
     latest: dict[tuple[Any, ...], Change],
     items: Sequence[Change],
     cutoff: tuple[str, int, int] | None,
+    committed: Mapping[int, str],
 ) -> None:
     """Give each key whose latest change is partial the values its earlier changes in the
     batch set: the stored row would be replaced by them before the partial change applies,
     so the partial change keeps those, and only what no change of the batch set stays
-    ``unchanged`` (kept from the stored row by the MERGE)."""
+    ``unchanged`` (kept from the stored row by the MERGE). A replay of a change already
+    committed sets nothing: the stored row is newer than it or is it."""
     partial = {key for key, change in latest.items() if change.unchanged}
     history: dict[tuple[Any, ...], list[Change]] = {key: [] for key in partial}
     for change in items:
         if change.op is Op.TRUNCATE or change.key not in history:
             continue
         if cutoff is not None and change.order < cutoff:
+            continue
+        if change is not latest[change.key] and change.position <= committed.get(
+            change.partition, ""
+        ):
             continue
         history[change.key].append(change)
     for key, changes in history.items():

@@ -267,7 +267,9 @@ class Committer:
         self.check_claims(state, table)
         if not self.may_pass_lease(table) and self.lease_holds(state, table):
             return  # every batch would take a path that waits: no planning under the lease
-        plan = plan_batch(state.name, state.pending, state.truncated_at)
+        bounds = self.bounds(state, table)
+        committed = bounds.committed() if bounds is not None else None
+        plan = plan_batch(state.name, state.pending, state.truncated_at, committed)
         offsets = self.recorded(state)
         watermark = max(c.source_ts_ms for c in state.pending)
         commit_id = str(uuid.uuid4())
@@ -277,7 +279,6 @@ class Committer:
             EPOCH: str(self.epoch),
             WATERMARK: str(watermark),
         }
-        bounds = self.bounds(state, table)
         if bounds is not None and bounds.count is not None:
             after = bounds.after(state.pending, (p for t, p in offsets if t == state.topic))
             summary.update(bound_summary(state.topic, bounds.count, after))

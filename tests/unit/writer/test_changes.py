@@ -733,6 +733,34 @@ def test_a_partial_update_takes_unchanged_values_from_an_earlier_change_of_the_b
     assert alone.partial and alone.upserts[0].unchanged == ("a",)
 
 
+def test_a_replay_of_a_committed_change_gives_a_partial_update_none_of_its_values() -> None:
+    """Stored: key 1 at position 5, ``a`` = 5. The batch: a connector's replay of position 3
+    (``a`` = 3, committed long ago) and a partial update at 8 that left ``a`` unchanged. The
+    stored ``a`` is the newer one, so the update must keep it (the MERGE reads it), not take
+    the replay's. Without the committed bound the plan cannot tell the replay from a change
+    of this batch."""
+    replay = Change(TABLE, Op.UPDATE, pos(3), 0, (1,), {"id": 1, "a": 3, "b": 3}, TOPIC, 0, 7, 1)
+    partial = Change(
+        TABLE, Op.UPDATE, pos(8), 0, (1,), {"id": 1, "a": "", "b": 8}, TOPIC, 0, 8, 1, ("a",)
+    )
+    plan = plan_batch(TABLE, [replay, partial], committed={0: pos(5)})
+    assert [(c.row, c.unchanged) for c in plan.upserts] == [({"id": 1, "a": "", "b": 8}, ("a",))]
+    assert plan.partial
+    unknown = plan_batch(TABLE, [replay, partial])
+    assert [c.row for c in unknown.upserts] == [{"id": 1, "a": 3, "b": 8}]
+    # A change of the batch above the bound still gives its values.
+    fresh = replay._replace(position=pos(6))
+    plan = plan_batch(TABLE, [fresh, partial], committed={0: pos(5)})
+    assert [(c.row, c.unchanged) for c in plan.upserts] == [({"id": 1, "a": 3, "b": 8}, None)]
+
+
+def test_the_committed_bound_of_a_partition_is_its_floor_or_its_raised_bound() -> None:
+    bounds = PositionBounds(pos(9), floors={0: pos(4)}, partitions={0: pos(6), 1: pos(2)})
+    assert bounds.committed() == {0: pos(6), 1: pos(2)}
+    assert PositionBounds(pos(9), floors={0: pos(4)}).committed() == {0: pos(4)}
+    assert PositionBounds(pos(9)).committed() == {}  # the base bounds no single partition
+
+
 @pytest.mark.parametrize("empty", [True, False])
 def test_a_partial_batch_always_takes_the_merge(empty: bool) -> None:
     partial = Change(
