@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from services.cdc_normalizer.connect_schema import ConnectKind, ConnectSchema, LogicalName
@@ -137,15 +138,13 @@ def _array_spec(schema: ConnectSchema) -> tuple[ColumnSpec, Any] | None:
     return (prefix + kind, a, b), _ArrayOf(expected, items.optional)
 
 
+@dataclass(frozen=True, slots=True)
 class _ArrayOf:
     """The Avro type an array column must have: an array of the item's type, in a union with
     null when an item may be null."""
 
-    __slots__ = ("item", "nullable")
-
-    def __init__(self, item: Any, nullable: bool) -> None:
-        self.item = item
-        self.nullable = nullable
+    item: Any
+    nullable: bool
 
     def matches(self, actual: Any) -> bool:
         if not isinstance(actual, dict) or actual.get("type") != "array" or len(actual) != 2:
