@@ -189,6 +189,26 @@ def console_running(
         print(log_path.read_text()[-4000:])
 
 
+def _text(browser: Any, selector: str) -> str | None:
+    """The rendered text of the first element matching ``selector``, or None, read in one
+    script call: the page re-renders its table on every poll, so an element found in one
+    WebDriver call can be gone by the next (a stale element reference)."""
+    text = browser.execute_script(
+        "const e = document.querySelector(arguments[0]); return e ? e.innerText.trim() : null;",
+        selector,
+    )
+    return None if text is None else str(text)
+
+
+def _click(browser: Any, selector: str) -> None:
+    """Click the first element matching ``selector`` in one script call, for the same reason."""
+    clicked = browser.execute_script(
+        "const e = document.querySelector(arguments[0]); if (e) { e.click(); } return !!e;",
+        selector,
+    )
+    assert clicked, f"nothing on the page matches {selector}"
+
+
 def data_commits(stack: Stack, table: str) -> int:
     snapshots = open_catalog(stack.catalog).load_table(table).snapshots()
     return sum(1 for s in snapshots if s.summary and "icefjord.offsets" in s.summary)
@@ -247,28 +267,27 @@ def test_the_page_shows_a_tables_freshness_and_its_pause_button_pauses_the_write
             row = f'tr[data-table="{table}"]'
 
             def freshness_shown() -> bool:
-                cells = browser.find_elements(By.CSS_SELECTOR, f"{row} td.freshness")
-                return bool(cells) and cells[0].text.endswith(("ms", "s", "min", "h"))
+                text = _text(browser, f"{row} td.freshness")
+                return text is not None and text.endswith(("ms", "s", "min", "h"))
 
             wait_for("the page to show the table", freshness_shown, 30, lambda: time.sleep(0.3))
-            badge = browser.find_element(By.CSS_SELECTOR, f"{row} td.health .badge").text
+            badge = _text(browser, f"{row} td.health .badge")
             assert badge == "ok"
-            assert browser.find_element(By.CSS_SELECTOR, f"{row} td.pause").text == "running"
+            assert _text(browser, f"{row} td.pause") == "running"
             commits = data_commits(stack, table)
             browser.find_element(By.ID, "token").send_keys(TOKEN)
             with stepping(writer):
-                browser.find_element(By.CSS_SELECTOR, f'{row} button[data-action="pause"]').click()
+                _click(browser, f'{row} button[data-action="pause"]')
 
                 def paused_on_page() -> bool:
-                    cells = browser.find_elements(By.CSS_SELECTOR, f"{row} td.pause")
-                    return bool(cells) and cells[0].text == "paused (confirmed)"
+                    return _text(browser, f"{row} td.pause") == "paused (confirmed)"
 
                 wait_for(
                     "the writer's answer on the page", paused_on_page, 60, lambda: time.sleep(0.5)
                 )
             browser.save_screenshot(str(tmp_path / "console.png"))
             print(f"the page after the pause: {tmp_path / 'console.png'}")
-            message = browser.find_element(By.ID, "message").text
+            message = _text(browser, "#message") or ""
             assert message.startswith(f"pause published for {table}"), message
 
             events = control_events(stack, settings.control_topic)
@@ -289,7 +308,7 @@ def test_the_page_shows_a_tables_freshness_and_its_pause_button_pauses_the_write
             while time.monotonic() < deadline:
                 writer.step()
             assert data_commits(stack, table) == commits, "a paused table took a commit"
-            badge = browser.find_element(By.CSS_SELECTOR, f"{row} td.health .badge").text
+            badge = _text(browser, f"{row} td.health .badge")
             assert badge == "paused"
             status, metrics = _get(f"{url}/metrics")
             assert status == 200
