@@ -7,6 +7,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -118,15 +119,19 @@ class LazySparkSession:
     def __init__(self, build: Callable[[], SparkSession]) -> None:
         self._build = build
         self._session: SparkSession | None = None
+        self._starting = threading.Lock()
 
     @property
     def started(self) -> bool:
         return self._session is not None
 
     def session(self) -> SparkSession:
-        """The session, started now if it was not yet; raises what starting it raises."""
+        """The session, started now if it was not yet (by one thread: another one asking
+        meanwhile waits for it); raises what starting it raises."""
         if self._session is None:
-            self._session = self._build()
+            with self._starting:
+                if self._session is None:
+                    self._session = self._build()
         return self._session
 
     def stop(self) -> None:

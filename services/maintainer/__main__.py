@@ -11,7 +11,7 @@ import sys
 import threading
 from contextlib import ExitStack
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Gauge
 
 from services.maintainer.config import MaintainerSettings
 from services.maintainer.service import build_service
@@ -52,18 +52,38 @@ def run(settings: MaintainerSettings, stop: threading.Event) -> None:
         )
         resources.callback(spark.stop)
 
+        ready = Gauge(
+            "icefjord_maintainer_spark_ready",
+            "1 once the maintainer's Spark session has started and warmed up (warm_up), "
+            "before its first action or, with warm_up_at_start, in the background from start",
+            registry=metrics_registry,
+        )
+        preparing = threading.Lock()
+        prepared = threading.Event()
+
         def prepare() -> None:
-            spark.session()
-            if not settings.warm_up:
-                return
+            """Start Spark and warm it up, once: a second caller waits for the first."""
+            with preparing:
+                if prepared.is_set():
+                    return
+                spark.session()
+                if settings.warm_up:
+                    try:
+                        seconds = warm_up(spark.session())
+                        log.info("spark warmed up", extra={"seconds": round(seconds, 1)})
+                    except Exception as exc:  # only the first real actions are slower
+                        log.warning(
+                            "warm-up failed, the first compaction will be slower",
+                            extra={"error": str(exc)},
+                        )
+                prepared.set()
+                ready.set(1)
+
+        def prepare_in_background() -> None:
             try:
-                seconds = warm_up(spark.session())
-                log.info("spark warmed up", extra={"seconds": round(seconds, 1)})
-            except Exception as exc:  # only the first real actions are slower
-                log.warning(
-                    "warm-up failed, the first compaction will be slower",
-                    extra={"error": str(exc)},
-                )
+                prepare()
+            except Exception as exc:  # the first action starts it again, and reports it
+                log.warning("spark did not start in the background", extra={"error": str(exc)})
 
         producer = make_producer(settings.kafka)
         resources.callback(producer.flush, 10.0)
@@ -86,6 +106,10 @@ def run(settings: MaintainerSettings, stop: threading.Event) -> None:
             # and two cores for 30 s from a writer catching up (HISTORY, "2026-11-30").
             before_first_action=prepare,
         )
+        if settings.warm_up_at_start:
+            threading.Thread(
+                target=prepare_in_background, name="spark-warm-up", daemon=True
+            ).start()
         log.info("maintainer running", extra={"catalog": settings.catalog.name})
         step = waiting_for_warehouse(service.step)
         run_loop(step, stop, health, stuck_after_s=settings.stuck_step_s)

@@ -148,6 +148,14 @@ class MaintainerSettings(ServiceSettings):
         "first action, outside its lease, so the first real compaction (which holds the "
         "table's lease) does not pay for the JVM's first compilation of the rewrite path.",
     )
+    warm_up_at_start: bool = Field(
+        default=False,
+        description="Start Spark and its warm-up (``warm_up``) in the background as the "
+        "service starts, instead of just before the first action: for a maintainer that "
+        "will act soon and should not pay its JVM's start when a compaction is due. Off, a "
+        "maintainer that never acts never starts a JVM. ``icefjord_maintainer_spark_ready`` "
+        "turns 1 once it is done.",
+    )
     create_control_topic: bool = True
     topic_replication_factor: int | None = Field(default=None, ge=1)
 

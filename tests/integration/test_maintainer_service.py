@@ -276,6 +276,8 @@ def test_the_service_process_answers_and_stops_on_sigterm(
     port = free_port()
     env = maintainer_env(stack, control, port, namespace, "local[1]")
     with ready_process("services.maintainer", env, tmp_path / "maintainer.log", port) as process:
+        # Spark waits for the first action (warm_up_at_start is off by default).
+        assert "icefjord_maintainer_spark_ready 0.0" in _metrics(port)
         request_maintenance(stack, control, table, MaintenanceAction.REWRITE_MANIFESTS, "by-hand")
         deadline = time.monotonic() + 180
         answer: MaintenanceResult | None = None
@@ -292,8 +294,33 @@ def test_the_service_process_answers_and_stops_on_sigterm(
                 None,
             )
         assert answer.status is MaintenanceStatus.SUCCEEDED, answer
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-            text = r.read().decode()
+        text = _metrics(port)
         assert f'icefjord_table_snapshots{{table="{table}"}}' in text
+        assert "icefjord_maintainer_spark_ready 1.0" in text
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=120) == 0
+
+
+def test_with_warm_up_at_start_spark_is_ready_before_any_action(
+    stack: Stack, namespace: str, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    """``warm_up_at_start``: Spark starts and warms up in the background from the start,
+    with nothing to do, while the service loop answers; SIGTERM still stops it cleanly."""
+    control = topic_factory("control", partitions=1)
+    port = free_port()
+    env = maintainer_env(stack, control, port, namespace, "local[1]")
+    env["ICEFJORD_MAINTAINER_WARM_UP_AT_START"] = "true"
+    log_path = tmp_path / "maintainer.log"
+    with ready_process("services.maintainer", env, log_path, port) as process:
+        deadline = time.monotonic() + 240
+        while "icefjord_maintainer_spark_ready 1.0" not in _metrics(port):
+            assert time.monotonic() < deadline, "Spark not ready in the background"
+            time.sleep(2)
+        assert "spark warmed up" in log_path.read_text()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=120) == 0
+
+
+def _metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        return str(r.read().decode())
