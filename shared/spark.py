@@ -8,11 +8,13 @@ import os
 import shutil
 import tempfile
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from py4j.java_gateway import JavaPackage
 from pydantic import BaseModel, Field
 from pyspark.sql import SparkSession
 
@@ -157,3 +159,32 @@ def scratch_catalog(spark: SparkSession, name: str, parent: str | None = None) -
         yield name
     finally:
         shutil.rmtree(warehouse, ignore_errors=True)
+
+
+class _Names:
+    """A py4j package (or the JVM view) whose members, once looked up, are kept: each hop of
+    ``jvm.org.apache.iceberg.FileMetadata`` is a round trip to the JVM (about 1 ms of wall
+    time and 0.15 ms of Python CPU each on this machine), and a commit takes dozens of them."""
+
+    def __init__(self, names: Any) -> None:
+        self._names = names
+
+    def __getattr__(self, name: str) -> Any:
+        member = getattr(self._names, name)
+        if isinstance(member, JavaPackage):
+            member = _Names(member)
+        self.__dict__[name] = member  # found without __getattr__ from now on
+        return member
+
+
+_VIEWS: weakref.WeakKeyDictionary[Any, _Names] = weakref.WeakKeyDictionary()
+
+
+def java(jvm: Any) -> Any:
+    """``jvm`` (a py4j JVM view: ``spark.sparkContext._jvm``) with its packages and classes
+    kept once looked up: ``java(jvm).org.apache.iceberg.DataFiles`` costs the round trips
+    once per JVM. Methods and fields are looked up on each use, as py4j does."""
+    view = _VIEWS.get(jvm)
+    if view is None:
+        view = _VIEWS[jvm] = _Names(jvm)
+    return view

@@ -38,7 +38,7 @@ from services.iceberg_writer.types import (
 )
 from services.iceberg_writer.upserts import write_upserts
 from shared.errors import IcefjordError
-from shared.spark import scratch_catalog
+from shared.spark import java, scratch_catalog
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +59,12 @@ class WriteResult:
 def commit_properties(spark: SparkSession, properties: Mapping[str, str]) -> Iterator[None]:
     """Make every Iceberg commit this thread runs carry ``properties`` in its summary."""
     jvm: Any = spark.sparkContext._jvm
-    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
-    cls = jvm.java.lang.Class.forName("org.apache.iceberg.spark.CommitMetadata", True, loader)
+    loader = java(jvm).java.lang.Thread.currentThread().getContextClassLoader()
+    cls = java(jvm).java.lang.Class.forName("org.apache.iceberg.spark.CommitMetadata", True, loader)
     holder = cls.getDeclaredField("COMMIT_PROPERTIES")
     holder.setAccessible(True)
     local = holder.get(None)
-    values = jvm.java.util.HashMap()
+    values = java(jvm).java.util.HashMap()
     for key, value in properties.items():
         values.put(key, value)
     local.set(values)

@@ -14,6 +14,7 @@ which also handles a table that already holds rows (an anti-join, so no key goes
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -28,6 +29,7 @@ from pyspark.sql import SparkSession
 from services.iceberg_writer.files import TableFiles, discard_uncommitted
 from services.iceberg_writer.partitions import Partition, PartitionLayout, java_partition
 from shared.errors import IcefjordError
+from shared.spark import java
 
 __all__ = [
     "CopyMismatchError",
@@ -107,12 +109,23 @@ def conform(source: pa.Table, target: pa.Schema, metadata: Mapping[str, Any]) ->
 
 def schema_of(iceberg: Any, table: Any) -> Schema:
     """The pyiceberg schema of a Java Iceberg ``table``."""
-    return Schema.model_validate_json(str(iceberg.SchemaParser.toJson(table.schema())))
+    return _parsed_schema(str(iceberg.SchemaParser.toJson(table.schema())))
 
 
 def arrow_schema_of(iceberg: Any, table: Any) -> pa.Schema:
     """The Arrow schema of a Java Iceberg ``table``, with its field ids (for Parquet)."""
-    return schema_to_pyarrow(schema_of(iceberg, table), include_field_ids=True)
+    return _arrow_schema(str(iceberg.SchemaParser.toJson(table.schema())))
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed_schema(text: str) -> Schema:
+    """A schema's JSON parsed once: every commit of a table asks for it, unchanged."""
+    return Schema.model_validate_json(text)
+
+
+@functools.lru_cache(maxsize=256)
+def _arrow_schema(text: str) -> pa.Schema:
+    return schema_to_pyarrow(_parsed_schema(text), include_field_ids=True)
 
 
 def layout_of(iceberg: Any, table: Any) -> PartitionLayout:
@@ -138,7 +151,7 @@ def built_file(
     """A data or delete file's entry from its Java ``builder`` (``DataFiles.builder`` or
     ``FileMetadata.deleteFileBuilder`` of ``spec``): the Parquet file ``written``, its
     metrics and, in a partitioned spec, its ``partition``."""
-    iceberg = files.jvm.org.apache.iceberg
+    iceberg = java(files.jvm).org.apache.iceberg
     path, size = written
     builder = (
         builder.withPath(files.uri(path))
@@ -155,7 +168,7 @@ def data_file(files: TableFiles, written: WrittenFile, partition: Partition = ()
     """An Iceberg ``DataFile`` for a Parquet file written to the table, in ``partition`` of
     its default spec."""
     spec = files.table.spec()
-    builder = files.jvm.org.apache.iceberg.DataFiles.builder(spec)
+    builder = java(files.jvm).org.apache.iceberg.DataFiles.builder(spec)
     return built_file(builder, files, written, spec, partition)
 
 
@@ -189,7 +202,7 @@ def write_copy(
     Raises :class:`CopyMismatchError` as :func:`conform` does, before anything is written."""
     started = time.monotonic()
     jvm: Any = spark.sparkContext._jvm
-    iceberg = jvm.org.apache.iceberg
+    iceberg = java(jvm).org.apache.iceberg
     table = iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, target)
     try:
         files = TableFiles.of(jvm, table)

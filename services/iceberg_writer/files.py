@@ -30,6 +30,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
+from shared.spark import java
+
 __all__ = ["TableFiles", "discard_uncommitted", "writable_scheme"]
 
 # The schemes pyiceberg's PyArrowFileIO writes to (``_initialize_fs``).
@@ -168,7 +170,7 @@ class TableFiles:
             return _local_metrics(self.jvm, self.table, path)
         if path in self.footers:
             return self.footers.pop(path)
-        iceberg = self.jvm.org.apache.iceberg
+        iceberg = java(self.jvm).org.apache.iceberg
         source = self.table.io().newInputFile(self.uri(path))
         return iceberg.parquet.ParquetUtil.fileMetrics(
             source, iceberg.MetricsConfig.forTable(self.table)

@@ -68,6 +68,7 @@ from services.iceberg_writer.files import TableFiles, discard_uncommitted
 from services.iceberg_writer.key_index import KeyIndex, LiveFile
 from services.iceberg_writer.types import STAGING_FLAG
 from shared.lease import LEASE_PROPERTY, leased
+from shared.spark import java
 
 __all__ = ["LeaseTakenError", "split_batch", "write_upserts"]
 
@@ -98,7 +99,7 @@ def _row_delta(jvm: Any, table: Any, guarded: bool) -> tuple[Any, bool]:
     if not guarded:
         return table.newRowDelta(), False
     if _guard_loadable(jvm):
-        guarded_table = jvm.io.icefjord.iceberg.LeaseGuard.guard(table, LEASE_PROPERTY)
+        guarded_table = java(jvm).io.icefjord.iceberg.LeaseGuard.guard(table, LEASE_PROPERTY)
         return guarded_table.newRowDelta(), True
     _warn_unguarded()
     return table.newRowDelta(), False
@@ -129,8 +130,8 @@ def _lease_taken(table: Any) -> bool:
 
 def _refused(exc: Exception) -> bool:
     """Whether ``exc`` is the guard refusing a commit under the lease."""
-    java = getattr(exc, "java_exception", None)
-    return java is not None and str(java.getClass().getName()).startswith(LEASE_GUARD)
+    cause = getattr(exc, "java_exception", None)
+    return cause is not None and str(cause.getClass().getName()).startswith(LEASE_GUARD)
 
 
 def split_batch(
@@ -173,7 +174,7 @@ def write_upserts(
     Files of a commit that certainly failed are removed."""
     started = time.monotonic()
     jvm: Any = spark.sparkContext._jvm
-    iceberg = jvm.org.apache.iceberg
+    iceberg = java(jvm).org.apache.iceberg
     table = iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, target)
     files = TableFiles.of(jvm, table)
     layout = layout_of(iceberg, table)
@@ -286,7 +287,7 @@ def _validate_deletes_in(files: TableFiles, delta: Any, located: Mapping[str, Bi
     """Make ``delta`` fail unless every data file it deletes from is still the table's
     when it commits: a rewrite that replaced one makes the commit a conflict, planned
     again from the new files (``committer.py``)."""
-    referenced = files.jvm.java.util.ArrayList()
+    referenced = java(files.jvm).java.util.ArrayList()
     for location in located:
         referenced.add(location)
     delta.validateDataFilesExist(referenced)
@@ -315,7 +316,7 @@ def _add_position_deletes(
     """Format v2: one position delete file per partition of the data files in ``located``
     (rows sorted by file and position, as the spec asks), added to ``delta``; the files
     written, as ``fs`` names them, with the positions each deletes."""
-    iceberg = files.jvm.org.apache.iceberg
+    iceberg = java(files.jvm).org.apache.iceberg
     by_location = {f.location: f for f in live}
     groups: dict[tuple[int, str], list[str]] = {}
     for location in sorted(located):
@@ -363,7 +364,7 @@ class _Partitions:
 
     def __init__(self, files: TableFiles) -> None:
         self._files = files
-        self._iceberg = files.jvm.org.apache.iceberg
+        self._iceberg = java(files.jvm).org.apache.iceberg
         self._specs = files.table.specs()
         self._types: dict[int, tuple[Any, Any]] = {}
 
@@ -398,15 +399,15 @@ class _Partitions:
             parsed = PartitionSpec.model_validate_json(spec_json)
             python = parsed.partition_type(schema_of(iceberg, self._files.table))
             kinds = self._types[data.spec_id] = (spec.partitionType(), python)
-        java, python = kinds
-        partition = self._iceberg.PartitionData(java)
-        buffer = self._files.jvm.java.nio.ByteBuffer
+        java_type, python = kinds
+        partition = self._iceberg.PartitionData(java_type)
+        buffer = java(self._files.jvm).java.nio.ByteBuffer
         for i, field in enumerate(python.fields):
             value = data.partition[i]
             if value is not None and not isinstance(field.field_type, StringType):
                 serialized = to_bytes(field.field_type, value)
                 value = self._iceberg.types.Conversions.fromByteBuffer(
-                    java.fields().get(i).type(), buffer.wrap(bytearray(serialized))
+                    java_type.fields().get(i).type(), buffer.wrap(bytearray(serialized))
                 )
             partition.set(i, value)
         return partition

@@ -230,8 +230,11 @@ class Writer:
         self.metrics = metrics
         self.epoch = epoch
         self._last_lag = 0.0
-        # The per-record counter's children, so a record does not look its labels up.
-        self._received: dict[tuple[str, Op], Any] = {}
+        # Changes received since the counter was last added to, by (table, op): a record
+        # adds to this dict, and the counter (a lock and two calls per increment, 4.5% of
+        # the writer's samples at 10,000/s when each record incremented it) takes the sums
+        # once per step.
+        self._received: dict[tuple[str, Op], int] = {}
         control.listener = self
 
     @property
@@ -483,6 +486,7 @@ class Writer:
             ]
         if due:
             take_waiting(self._data, due, self._on_message)
+        self._count_received()
         self.committer.commit_all(due)
         if due:
             self._commit_group_offsets(due)
@@ -538,11 +542,14 @@ class Writer:
         state.pending.append(change)
         state.consumed[tp] = offset + 1
         state.clock.added(now)
-        counter = self._received.get((state.name, change.op))
-        if counter is None:
-            counter = self.metrics.changes_received.labels(state.name, change.op.value)
-            self._received[(state.name, change.op)] = counter
-        counter.inc()
+        received = (state.name, change.op)
+        self._received[received] = self._received.get(received, 0) + 1
+
+    def _count_received(self) -> None:
+        """Add the changes received since the last call to ``changes_received``."""
+        for (table, op), count in self._received.items():
+            self.metrics.changes_received.labels(table, op.value).inc(count)
+        self._received.clear()
 
     def _commit_group_offsets(self, states: list[TableState]) -> None:
         """Tell the consumer group how far the tables hold the changes of these tables'

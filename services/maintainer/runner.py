@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from shared.spark import java
+
 log = logging.getLogger(__name__)
 
 
@@ -28,8 +30,8 @@ class SparkProcedureRunner:
         """``table`` is the quoted, catalog-qualified name; returns the deleted locations."""
         jvm = self._spark._jvm
         session = self._spark._jsparkSession
-        loaded = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(session, table)
-        actions = jvm.org.apache.iceberg.spark.actions.SparkActions.get(session)
+        loaded = java(jvm).org.apache.iceberg.spark.Spark3Util.loadIcebergTable(session, table)
+        actions = java(jvm).org.apache.iceberg.spark.actions.SparkActions.get(session)
         action = actions.deleteOrphanFiles(loaded).olderThan(older_than_ms)
         # Listed through the table's FileIO, as remove_orphan_files_sql does.
         result = action.usePrefixListing(True).execute()
@@ -56,7 +58,7 @@ class SparkProcedureRunner:
         commit cannot make one of them needed again (new data files get higher sequence
         numbers), so the commit may retry freely."""
         jvm = self._spark._jvm
-        iceberg = jvm.org.apache.iceberg
+        iceberg = java(jvm).org.apache.iceberg
         loaded = iceberg.spark.Spark3Util.loadIcebergTable(self._spark._jsparkSession, table)
         snapshot = loaded.currentSnapshot()
         if snapshot is None:
