@@ -56,14 +56,15 @@ def warm_up(spark: SparkSession, rows: int = WARM_UP_ROWS) -> float:
             "n INT, at TIMESTAMP, day DATE, items ARRAY<INT>) USING iceberg "
             f"TBLPROPERTIES ({settings})"
         )
-        per_file = max(1, rows // WARM_UP_FILES)
-        for start in range(0, max(rows, 1), per_file):
+        total = max(rows, 1)
+        per_file = max(1, total // WARM_UP_FILES)
+        for start in range(0, total, per_file):
             spark.sql(
                 f"INSERT INTO {target} SELECT id, CONCAT('row ', CAST(id AS STRING)), "
                 "CAST(id AS DECIMAL(12, 2)) / 100, CAST(id % 1000 AS INT), "
                 "TIMESTAMP '2026-01-01 00:00:00' + make_interval(0, 0, 0, 0, 0, 0, id), "
                 "DATE '2026-01-01' + CAST(id % 365 AS INT), array(CAST(id % 7 AS INT)) "
-                f"FROM range({start}, {min(start + per_file, max(rows, 1))})"
+                f"FROM range({start}, {min(start + per_file, total)})"
             )
         spark.sql(f"DELETE FROM {target} WHERE id % 3 = 0")  # position deletes to rewrite
         options = {"min-input-files": 2, "delete-file-threshold": 1}

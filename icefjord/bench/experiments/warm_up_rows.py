@@ -23,6 +23,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from icefjord.bench.cpu import read_processes
 from services.maintainer.config import MaintainerSettings
 from services.maintainer.warm import warm_up
 from shared.spark import build_spark_session
@@ -42,16 +43,8 @@ MERGE_ON_READ = (
 def _cpu_seconds() -> float:
     """CPU seconds of this process and its children (the JVM) so far."""
     me = os.getpid()
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(pid) == me or int(fields[1]) == me:
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+    ticks = sum(p.own_ticks for p in read_processes() if me in (p.pid, p.ppid))
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _catalog(spark: SparkSession, warehouse: Path) -> None:
