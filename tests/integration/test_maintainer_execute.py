@@ -20,9 +20,10 @@ from harness import Stack
 
 from services.iceberg_writer.upserts import LeaseTakenError
 from services.maintainer.execute import MaintenanceExecutor
+from services.maintainer.health import compute_health
 from services.maintainer.identifiers import parse_table
 from services.maintainer.inspect import TableInspector
-from services.maintainer.policy import COMPACTION_OPTIONS, MaintenancePolicy
+from services.maintainer.policy import COMPACTION_OPTIONS, MaintenancePolicy, evaluate
 from services.maintainer.runner import SparkProcedureRunner
 from shared.catalog import open_catalog
 from shared.events import MaintenanceAction, MaintenanceRequest, MaintenanceResult
@@ -719,3 +720,67 @@ def test_compaction_applies_the_writers_deletion_vectors_and_drops_them(
     assert read_by_pyiceberg(stack, table) == contents(spark, table) == model
     left = spark.sql(f"SELECT count(*) AS n FROM icefjord.{table}.delete_files").first().n
     assert left == 0, "deletion vectors left behind after the compaction"
+
+
+def test_the_writers_v2_delete_files_over_little_data_are_compacted_away(
+    stack: Stack, spark: Any, executor: MaintenanceExecutor, namespace: str
+) -> None:
+    """The writer's format-v2 upserts write one position delete file per commit, over every
+    data file it touches. At the delete-file trigger, with the table's data smaller than one
+    target-size file, the policy asks for a compaction (with the delete cache) rather than
+    a delete rewrite; it applies every delete and leaves no delete file."""
+    table = f"{namespace}.v2upserted"
+    spark.sql(
+        f"""CREATE TABLE icefjord.{table} (id BIGINT NOT NULL, region STRING, v STRING)
+        USING iceberg TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='merge-on-read')"""
+    )
+    append(spark, table, [(k, region(k), "v0") for k in range(60)])
+    model = {k: (region(k), "v0") for k in range(60)}
+    rng = random.Random(5)
+    indexes: dict[str, Any] = {}
+    for step in range(8):
+        keys = rng.sample(range(60), 12)
+        changes = [(k, None if k % 5 == 0 else f"u{step}") for k in keys]
+        upsert(spark, table, changes, indexes)
+        for key, value in changes:
+            if value is None:
+                model.pop(key, None)
+            else:
+                model[key] = (region(key), value)
+    deletes = spark.sql(
+        f"SELECT count(*) AS n, count_if(referenced_data_file IS NULL) AS spanning"
+        f" FROM icefjord.{table}.delete_files"
+    ).first()
+    assert deletes.n >= 5 and deletes.spanning >= 3, deletes
+
+    # The delete-file trigger alone (this little table is far over the delete ratio).
+    policy = MaintenancePolicy(
+        rewrite_deletes_min_files=5, compact_delete_ratio=1.0, orphan_interval_s=1e9
+    )
+    inspection = TableInspector(open_catalog(stack.catalog)).inspect(parse_table(table))
+    found = {
+        c.action: c
+        for c in evaluate(compute_health(inspection), policy, int(time.time() * 1000), {})
+        if c.action is not MaintenanceAction.REMOVE_ORPHAN_FILES
+    }
+    assert set(found) == {MaintenanceAction.COMPACT_DATA_FILES}, found
+    candidate = found[MaintenanceAction.COMPACT_DATA_FILES]
+    assert candidate.policy == "delete-files"
+    assert candidate.options["cache-delete-files"] == "true"
+    result = executor.execute(candidate.to_request(str(uuid.uuid4())), policy)
+    assert result.status is Status.SUCCEEDED, result
+    assert read_by_pyiceberg(stack, table) == contents(spark, table) == model
+    # The newest delete file has the rewrite's starting sequence number (as the rewritten
+    # file has), so Iceberg keeps it live until the next compaction; it names only files
+    # that are gone, so it deletes nothing.
+    left = spark.sql(f"SELECT file_path FROM icefjord.{table}.delete_files").collect()
+    assert len(left) <= 1, f"{len(left)} of {deletes.n} delete files left live"
+    named = {
+        r.file_path
+        for r in spark.sql(f"SELECT file_path FROM icefjord.{table}.position_deletes").collect()
+    }
+    live = {
+        r.file_path
+        for r in spark.sql(f"SELECT file_path FROM icefjord.{table}.data_files").collect()
+    }
+    assert not named & live, "a live delete file still deletes rows of a live data file"

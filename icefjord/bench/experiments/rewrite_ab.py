@@ -7,14 +7,16 @@ stopped (nothing else may commit to the table):
         bench_e2e.orders base base cache-delete-files=true base cache-delete-files=true
 
 Each variant is ``base`` (the maintainer's options for a delete-ratio compaction of a table
-with equality deletes, as of 82fa45b without ``cache-delete-files``) or comma-separated
-``key=value`` changes to them (``spark.*`` keys go to the session). Each runs
-``rewrite_data_files`` and prints its wall seconds, the Spark JVM's CPU seconds (from
-``/proc``) and, of them, its JIT compiler threads' (``JIT``, added for HISTORY's
-"2026-11-27, afternoon"; threads matched by id as in the benchmark's report), then rolls
-the table back to the snapshot it started from. ``START=<snapshot
+with equality deletes, as of 82fa45b without ``cache-delete-files``), comma-separated
+``key=value`` changes to them (``spark.*`` keys go to the session), or ``positions`` (the
+maintainer's delete rewrite: ``rewrite_position_delete_files`` without options; added for
+HISTORY's "2026-12-02, noon"). Each runs its procedure and prints its wall seconds, the
+Spark JVM's CPU seconds (from ``/proc``) and, of them, its JIT compiler threads' (``JIT``,
+added for HISTORY's "2026-11-27, afternoon"; threads matched by id as in the benchmark's
+report), then rolls the table back to the snapshot it started from. ``START=<snapshot
 id>`` rolls back to that snapshot first (after a run that stopped half way). The first run
-or two are the JVM's warm-up: compare the later ones, alternating.
+or two are the JVM's warm-up: compare the later ones, alternating. The services' settings
+(catalog, storage) come from the environment, as the maintainer's do.
 """
 
 from __future__ import annotations
@@ -94,17 +96,20 @@ def main(table: str, variants: list[str]) -> None:
     for variant in variants:
         options = dict(BASE)
         session: dict[str, str] = {}
-        for pair in [] if variant == "base" else variant.split(","):
+        for pair in [] if variant in ("base", "positions") else variant.split(","):
             key, value = pair.split("=", 1)
             (session if key.startswith("spark.") else options)[key] = value
         for key, value in session.items():
             spark.conf.set(key, value)
         rendered = ", ".join(f"'{k}', '{v}'" for k, v in sorted(options.items()))
-        cpu0, wall0, jit0 = cpu_s(jvm), time.monotonic(), jit_ticks(jvm)
-        row = spark.sql(
-            f"CALL icefjord.system.rewrite_data_files(table => '{table}',"
+        call = (
+            f"CALL icefjord.system.rewrite_position_delete_files(table => '{table}')"
+            if variant == "positions"
+            else f"CALL icefjord.system.rewrite_data_files(table => '{table}',"
             f" strategy => 'binpack', options => map({rendered}))"
-        ).collect()[0]
+        )
+        cpu0, wall0, jit0 = cpu_s(jvm), time.monotonic(), jit_ticks(jvm)
+        row = spark.sql(call).collect()[0]
         wall, cpu = time.monotonic() - wall0, cpu_s(jvm) - cpu0
         jit = jit_s(jit0, jit_ticks(jvm))
         print(

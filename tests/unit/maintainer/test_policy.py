@@ -109,11 +109,59 @@ def test_the_most_pressing_trigger_names_the_policy() -> None:
     assert "small-file trigger" in candidate.reason  # both reasons are given
 
 
+LARGE = 60 * 400 * 2**20
+"""60 data files of 400 MiB: more than one file of the default target size (512 MiB)."""
+
+
 def test_position_delete_rewrite_at_50_delete_files() -> None:
-    h = health(part(data_files=60, data_records=10**6, delete_records=10, position_delete_files=50))
+    figures = {"data_files": 60, "data_records": 10**6, "delete_records": 10}
+    h = health(part(**figures, data_bytes=LARGE, position_delete_files=50))
     candidate = actions(h)[MaintenanceAction.REWRITE_POSITION_DELETES]
     assert candidate.partition == "region = 'eu'"
     assert "50 position delete files" in candidate.reason
+    assert MaintenanceAction.REWRITE_POSITION_DELETES not in actions(
+        health(part(**figures, data_bytes=LARGE, position_delete_files=49))
+    )
+
+
+def test_delete_files_over_data_for_one_file_are_compacted_instead_of_rewritten() -> None:
+    target = 512 * 2**20
+    figures = {"data_files": 52, "small_files": 52, "data_records": 78_000}
+    h = health(part(**figures, data_bytes=target, delete_records=9_000, position_delete_files=51))
+    found = actions(h)
+    assert MaintenanceAction.REWRITE_POSITION_DELETES not in found
+    candidate = found[MaintenanceAction.COMPACT_DATA_FILES]
+    assert candidate.policy == "delete-files"
+    assert candidate.pressure == pytest.approx(51 / 50)
+    assert candidate.partition == "region = 'eu'"
+    assert (
+        "51 position delete files" in candidate.reason and "applied and dropped" in candidate.reason
+    )
+    # Every data file a delete applies to is rewritten, and the delete files are dropped.
+    assert candidate.options["delete-file-threshold"] == "1"
+    assert candidate.options["remove-dangling-deletes"] == "true"
+    # One byte more than a target-size file: the deletes are rewritten, the data left alone.
+    bigger = actions(
+        health(
+            part(**figures, data_bytes=target + 1, delete_records=9_000, position_delete_files=51)
+        )
+    )
+    assert MaintenanceAction.COMPACT_DATA_FILES not in bigger
+    assert bigger[MaintenanceAction.REWRITE_POSITION_DELETES].policy == "delete-files"
+
+
+def test_a_compaction_over_v2_position_deletes_reads_each_delete_file_once() -> None:
+    figures = {"data_files": 150, "small_files": 150, "data_records": 1000}
+    with_deletes = part(**figures, data_bytes=LARGE, position_delete_files=10, delete_records=10)
+    v2 = actions(health(with_deletes))[MaintenanceAction.COMPACT_DATA_FILES]
+    v3 = actions(health(with_deletes, format_version=3))[MaintenanceAction.COMPACT_DATA_FILES]
+    clean = actions(health(part(**figures)))[MaintenanceAction.COMPACT_DATA_FILES]
+    # The writer's v2 delete files each cover many data files: cached once per executor.
+    assert v2.policy == "small-files"
+    assert v2.options["cache-delete-files"] == "true"
+    # A deletion vector belongs to one data file; nothing to delete, nothing to cache.
+    assert "cache-delete-files" not in v3.options
+    assert "cache-delete-files" not in clean.options
 
 
 def test_no_delete_rewrite_for_deletion_vectors() -> None:
