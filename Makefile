@@ -10,7 +10,8 @@ PYTEST_ARGS ?=
 S3_SUITE := tests/integration/test_writer.py \
 	tests/integration/test_writer_files.py tests/integration/test_writer_bulk.py \
 	tests/integration/test_writer_crash.py tests/integration/test_maintainer_execute.py \
-	tests/integration/test_maintainer_service.py tests/integration/test_spark_cluster.py \
+	tests/integration/test_maintainer_service.py tests/integration/test_maintainer_warm.py \
+	tests/integration/test_spark_cluster.py \
 	tests/integration/test_writer_group.py \
 	tests/integration/test_demo_e2e.py::test_iceberg_equals_the_source_after_kills_and_a_broker_restart \
 	tests/integration/test_readers.py tests/integration/test_images.py \

@@ -9,13 +9,15 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 from contextlib import ExitStack
 
 from prometheus_client import CollectorRegistry, Gauge
 
 from services.maintainer.config import MaintainerSettings
+from services.maintainer.inspect import list_tables
 from services.maintainer.service import build_service
-from services.maintainer.warm import warm_up
+from services.maintainer.warm import warm_up, warm_up_storage
 from shared.catalog import open_catalog
 from shared.endpoint import Health
 from shared.errors import waiting_for_warehouse
@@ -71,6 +73,15 @@ def run(settings: MaintainerSettings, stop: threading.Event) -> None:
                     try:
                         seconds = warm_up(spark.session())
                         log.info("spark warmed up", extra={"seconds": round(seconds, 1)})
+                        started = time.monotonic()
+                        # Its own catalog client: this may run in the warm-up's thread.
+                        names = list_tables(open_catalog(settings.catalog))
+                        tables = (t for t in names if settings.maintains(t))
+                        read = warm_up_storage(spark.session(), settings.catalog.name, tables)
+                        log.info(
+                            "storage warmed up",
+                            extra={"table": read, "seconds": round(time.monotonic() - started, 1)},
+                        )
                     except Exception as exc:  # only the first real actions are slower
                         log.warning(
                             "warm-up failed, the first compaction will be slower",

@@ -8,7 +8,7 @@ text names the figures that fired, so a ``MaintenanceRequest`` explains itself.
 
 Defaults follow the field: compact a partition at 100 small files or a delete ratio of 0.3,
 or after 500 commits; rewrite position deletes at 50 delete files in a partition, or, when
-the partition's data would fit in one file of the target size, compact it instead (which
+the partition's data is no more than one small file's worth, compact it instead (which
 applies those deletes and drops them); expire
 snapshots older than 7 days, keeping the last 100 and never a snapshot the writer resumes a
 partition from (``icefjord.offsets``); remove orphans older than 3 days once a day;
@@ -203,7 +203,8 @@ def with_equality_deletes(options: Mapping[str, str]) -> dict[str, str]:
 
 def _deletes_to_compact(health: TableHealth, policy: MaintenancePolicy) -> list[PartitionHealth]:
     """The partitions at the delete-file trigger that a compaction serves better than a
-    delete rewrite: format v2, with data that would fit in one file of the target size.
+    delete rewrite: format v2, with no more data than one small file holds
+    (``health.small_file_bytes``), so that the rewrite stays as short as a small file's.
 
     The writer's position delete files are one per commit and partition, each over many
     data files. ``rewrite_position_delete_files`` turns them into one per data file (51
@@ -216,7 +217,7 @@ def _deletes_to_compact(health: TableHealth, policy: MaintenancePolicy) -> list[
         p
         for p in health.partitions
         if p.position_delete_files >= policy.rewrite_deletes_min_files
-        and p.data_bytes <= health.target_file_size_bytes
+        and p.data_bytes <= health.small_file_bytes
     ]
 
 
@@ -262,8 +263,8 @@ def _compaction(health: TableHealth, policy: MaintenancePolicy) -> Candidate | N
                 f"{_describe(absorbed, 'at or over the delete-file trigger')}; worst "
                 f"{worst.key or '(unpartitioned)'} has {worst.position_delete_files} position "
                 f"delete files (trigger {policy.rewrite_deletes_min_files}) over "
-                f"{worst.data_files} data files of {worst.data_bytes} bytes, which fit in one "
-                f"file of the target size: compacted, so the deletes are applied and dropped",
+                f"{worst.data_files} data files of {worst.data_bytes} bytes (at most "
+                f"{health.small_file_bytes}): compacted, so the deletes are applied and dropped",
             )
         )
     # Only when some partition has enough small files for binpack to combine: small files

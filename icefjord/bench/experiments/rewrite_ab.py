@@ -13,7 +13,8 @@ maintainer's delete rewrite: ``rewrite_position_delete_files`` without options; 
 HISTORY's "2026-12-02, noon"). Each runs its procedure and prints its wall seconds, the
 Spark JVM's CPU seconds (from ``/proc``) and, of them, its JIT compiler threads' (``JIT``,
 added for HISTORY's "2026-11-27, afternoon"; threads matched by id as in the benchmark's
-report), then rolls the table back to the snapshot it started from. ``START=<snapshot
+report), the files left live by content, then rolls the table back to the snapshot it started
+from. ``START=<snapshot
 id>`` rolls back to that snapshot first (after a run that stopped half way). The first run
 or two are the JVM's warm-up: compare the later ones, alternating. The services' settings
 (catalog, storage) come from the environment, as the maintainer's do.
@@ -112,8 +113,13 @@ def main(table: str, variants: list[str]) -> None:
         row = spark.sql(call).collect()[0]
         wall, cpu = time.monotonic() - wall0, cpu_s(jvm) - cpu0
         jit = jit_s(jit0, jit_ticks(jvm))
+        live = spark.sql(
+            f"SELECT content, count(*) AS n FROM icefjord.{table}.files GROUP BY content"
+        ).collect()
+        left = ", ".join(f"content {r.content}: {r.n}" for r in sorted(live))
         print(
-            f"{variant}: wall {wall:.2f} s, JVM CPU {cpu:.2f} s, JIT {jit:.2f} s, {row.asDict()}",
+            f"{variant}: wall {wall:.2f} s, JVM CPU {cpu:.2f} s, JIT {jit:.2f} s, {row.asDict()};"
+            f" files left {left}",
             flush=True,
         )
         for key in session:

@@ -110,7 +110,7 @@ def test_the_most_pressing_trigger_names_the_policy() -> None:
 
 
 LARGE = 60 * 400 * 2**20
-"""60 data files of 400 MiB: more than one file of the default target size (512 MiB)."""
+"""60 data files of 400 MiB: more than a small file (under 128 MiB by default) holds."""
 
 
 def test_position_delete_rewrite_at_50_delete_files() -> None:
@@ -124,10 +124,10 @@ def test_position_delete_rewrite_at_50_delete_files() -> None:
     )
 
 
-def test_delete_files_over_data_for_one_file_are_compacted_instead_of_rewritten() -> None:
-    target = 512 * 2**20
+def test_delete_files_over_a_small_files_worth_of_data_are_compacted_not_rewritten() -> None:
+    small = 128 * 2**20  # a quarter of the default target size
     figures = {"data_files": 52, "small_files": 52, "data_records": 78_000}
-    h = health(part(**figures, data_bytes=target, delete_records=9_000, position_delete_files=51))
+    h = health(part(**figures, data_bytes=small, delete_records=9_000, position_delete_files=51))
     found = actions(h)
     assert MaintenanceAction.REWRITE_POSITION_DELETES not in found
     candidate = found[MaintenanceAction.COMPACT_DATA_FILES]
@@ -140,10 +140,10 @@ def test_delete_files_over_data_for_one_file_are_compacted_instead_of_rewritten(
     # Every data file a delete applies to is rewritten, and the delete files are dropped.
     assert candidate.options["delete-file-threshold"] == "1"
     assert candidate.options["remove-dangling-deletes"] == "true"
-    # One byte more than a target-size file: the deletes are rewritten, the data left alone.
+    # One byte more than a small file: the deletes are rewritten, the data left alone.
     bigger = actions(
         health(
-            part(**figures, data_bytes=target + 1, delete_records=9_000, position_delete_files=51)
+            part(**figures, data_bytes=small + 1, delete_records=9_000, position_delete_files=51)
         )
     )
     assert MaintenanceAction.COMPACT_DATA_FILES not in bigger
