@@ -125,6 +125,17 @@ def upsert(
     write_upserts(spark, f"icefjord.{table}", batch, ["id"], {}, indexes=indexes)
 
 
+def apply_to_model(
+    model: dict[int, tuple[str, str]], changes: list[tuple[int, str | None]]
+) -> None:
+    """What ``upsert(changes)`` does to a table, done to ``model`` (None deletes the key)."""
+    for key, value in changes:
+        if value is None:
+            model.pop(key, None)
+        else:
+            model[key] = (region(key), value)
+
+
 def read_by_pyiceberg(stack: Stack, table: str) -> dict[int, tuple[str, str]]:
     """``table``'s rows as pyiceberg scans them (it applies deletion vectors, and refuses
     equality deletes)."""
@@ -691,11 +702,7 @@ def test_compaction_applies_the_writers_deletion_vectors_and_drops_them(
         keys = rng.sample(range(50), 8)
         changes = [(k, None if k % 4 == 0 else f"u{step}") for k in keys]
         upsert(spark, table, changes, indexes)
-        for key, value in changes:
-            if value is None:
-                model.pop(key, None)
-            else:
-                model[key] = (region(key), value)
+        apply_to_model(model, changes)
         assert read_by_pyiceberg(stack, table) == contents(spark, table) == model
     same = "d.partition = f.partition" if partition_by else "f.file_path IS NOT NULL"
     vectors = spark.sql(
@@ -742,11 +749,7 @@ def test_the_writers_v2_delete_files_over_little_data_are_compacted_away(
         keys = rng.sample(range(60), 12)
         changes = [(k, None if k % 5 == 0 else f"u{step}") for k in keys]
         upsert(spark, table, changes, indexes)
-        for key, value in changes:
-            if value is None:
-                model.pop(key, None)
-            else:
-                model[key] = (region(key), value)
+        apply_to_model(model, changes)
     deletes = spark.sql(
         f"SELECT count(*) AS n, count_if(referenced_data_file IS NULL) AS spanning"
         f" FROM icefjord.{table}.delete_files"
