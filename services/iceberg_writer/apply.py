@@ -113,13 +113,23 @@ class BatchWriter:
         position_column: str,
         path: Path,
         summary: Mapping[str, str],
+        claims: Mapping[str, str] | None = None,
     ) -> WriteResult:
         """Commit ``batch`` to ``target`` (a quoted Spark name) as ONE Iceberg snapshot, the
-        way ``path`` (from :meth:`BatchPlan.path`) says."""
+        way ``path`` (from :meth:`BatchPlan.path`) says. ``claims``: the owner properties
+        of the partitions the commit records (``upserts.write_upserts``)."""
         started = time.monotonic()
         if path is Path.UPSERT:
             with _conflicts():
-                write_upserts(self._spark, target, batch, keys, summary, indexes=self._indexes)
+                write_upserts(
+                    self._spark,
+                    target,
+                    batch,
+                    keys,
+                    summary,
+                    indexes=self._indexes,
+                    claims=claims,
+                )
             return WriteResult(path, time.monotonic() - started)
         if path is Path.APPEND:
             # Without a Spark job where the table allows: a new table's first commit
@@ -326,6 +336,7 @@ _CONFLICTS = (
     "ValidationException",
     "Found conflicting files",
     "Cannot commit",
+    "ClaimLostException",  # the guard's: another instance claimed a partition meanwhile
 )
 
 

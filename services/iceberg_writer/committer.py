@@ -286,7 +286,8 @@ class Committer:
             # Every commit repeats it, so expiring old snapshots never loses it.
             summary[TRUNCATED_AT] = plan.truncate_position or state.truncated_at or ""
         started = time.monotonic()
-        written = self._write(state, table, plan, summary)
+        claims = self.owner.claims(p for t, p in offsets if t == state.topic)
+        written = self._write(state, table, plan, summary, claims)
         if written is None:
             return
         path = written
@@ -332,10 +333,18 @@ class Committer:
             self.publish(state, committed_table, checkpoint, seconds, freshness, counts, path)
 
     def _write(
-        self, state: TableState, table: Table, plan: BatchPlan, summary: dict[str, str]
+        self,
+        state: TableState,
+        table: Table,
+        plan: BatchPlan,
+        summary: dict[str, str],
+        claims: dict[str, str],
     ) -> Path | None:
         """Write ``plan`` on the path the table allows now, retrying a conflicting commit up
-        to ``commit_retries`` times; the path taken, or None when the lease holds it back."""
+        to ``commit_retries`` times; the path taken, or None when the lease holds it back.
+        ``claims``: this instance's claims of the partitions the commit records, which the
+        upsert path's commit checks at the catalog's swap (``upserts.py``); a refusal is a
+        conflict, and its retry finds the partitions moved (:meth:`check_claims`)."""
         attempt = 0
         while True:
             # Planned against the table as it is now: a retry sees the conflicting commit.
@@ -357,6 +366,7 @@ class Committer:
                     self._store.metadata.position,
                     path,
                     summary,
+                    claims,
                 )
                 return result.path
             except LeaseTakenError:

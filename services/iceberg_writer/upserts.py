@@ -85,23 +85,30 @@ class LeaseTakenError(Exception):
     like any held-back commit's."""
 
 
-def _row_delta(jvm: Any, table: Any, guarded: bool) -> tuple[Any, bool]:
-    """A ``RowDelta`` on ``table`` and whether the lease guard refuses it under a lease.
+def _row_delta(jvm: Any, table: Any, lease: bool, claims: Mapping[str, str]) -> tuple[Any, bool]:
+    """A ``RowDelta`` on ``table`` and whether the guard (``deploy/iceberg-lease-guard``)
+    checks it: against the compaction lease when ``lease``, and against ``claims``.
 
     The writer looks at the lease before it plans a batch. A lease taken after that, while
     the batch's files are written or while Iceberg writes the commit's manifests, makes the
     catalog's swap fail; Iceberg would then retry the commit on the leased metadata, land
     it under the lease, and the maintainer's rewrite, planned before it, would lose to it
-    and run again while the writer waits. The guard (``deploy/iceberg-lease-guard``)
-    refuses a commit built on leased metadata, retries included. Without its jar on Spark's
-    classpath (a Spark set up by hand), the caller looks at the lease once more instead,
-    which leaves the window of Iceberg's own commit open."""
-    if not guarded:
+    and run again while the writer waits. The guard refuses a commit built on leased
+    metadata, retries included, and likewise one built on metadata where another instance
+    has claimed a partition of ``claims`` (its properties and this instance's token).
+    Without its jar on Spark's classpath (a Spark set up by hand), the caller looks at the
+    lease once more instead, which leaves the window of Iceberg's own commit open."""
+    if not (lease or claims):
         return table.newRowDelta(), False
     if _guard_loadable(jvm):
-        guarded_table = java(jvm).io.icefjord.iceberg.LeaseGuard.guard(table, LEASE_PROPERTY)
+        java_claims = java(jvm).java.util.HashMap()
+        for key, token in claims.items():
+            java_claims.put(key, token)
+        guard = java(jvm).io.icefjord.iceberg.LeaseGuard
+        guarded_table = guard.guard(table, LEASE_PROPERTY if lease else None, java_claims)
         return guarded_table.newRowDelta(), True
-    _warn_unguarded()
+    if lease:
+        _warn_unguarded()
     return table.newRowDelta(), False
 
 
@@ -129,9 +136,13 @@ def _lease_taken(table: Any) -> bool:
 
 
 def _refused(exc: Exception) -> bool:
-    """Whether ``exc`` is the guard refusing a commit under the lease."""
+    """Whether ``exc`` is the guard refusing a commit under the lease (a claim it refuses
+    is a conflict: ``apply.py``)."""
     cause = getattr(exc, "java_exception", None)
-    return cause is not None and str(cause.getClass().getName()).startswith(LEASE_GUARD)
+    return cause is not None and str(cause.getClass().getName()) == _LEASE_TAKEN
+
+
+_LEASE_TAKEN = f"{LEASE_GUARD}$LeaseTakenException"
 
 
 def split_batch(
@@ -160,13 +171,18 @@ def write_upserts(
     *,
     deletes: bool = True,
     indexes: dict[str, KeyIndex] | None = None,
+    claims: Mapping[str, str] | None = None,
 ) -> float:
     """Commit ``batch`` to ``target`` (a quoted Spark name) as a data file of its rows and
     deletion vectors of the stored rows of its keys, in ONE snapshot with ``summary``;
     return the seconds. ``deletes=False``: the rows alone, as an append snapshot (an empty
     table's batch, whose keys delete nothing). ``indexes``: the key index of each table
     (``key_index.py``) by ``target``, kept by the caller from commit to commit (without
-    it, every data file's keys are read for this commit alone).
+    it, every data file's keys are read for this commit alone). ``claims``: the owner
+    properties of the partitions the commit records, with this instance's token
+    (``ownership.Owner.claims``); the guard then refuses the commit once another instance
+    holds one of them, and deletes of other instances committed meanwhile (their own
+    partitions' keys) no longer make it a conflict.
 
     Raises ValueError for a table this path cannot write (on storage the writer cannot
     write, or with a partition it cannot compute); the Java commit's own exceptions pass
@@ -209,11 +225,11 @@ def write_upserts(
             located = index.positions(live, deleted)
         # Only deletes in stored files wait for a lease: a rewrite cannot lose to new rows.
         deletes_stored = bool(located)
-        delta, guarded = _row_delta(jvm, table, deletes_stored)
+        delta, guarded = _row_delta(jvm, table, deletes_stored, claims or {})
         if base is not None and deleted.num_rows:
             delta.validateFromSnapshot(base.snapshotId())
         if located:
-            _validate_deletes_in(files, delta, located)
+            _validate_deletes_in(files, delta, located, concurrent=not (guarded and claims))
             if int(table.operations().current().formatVersion()) >= 3:
                 path = files.new_path("dv", ".puffin")
                 written.append(path)
@@ -283,16 +299,27 @@ def _add_vectors(
             )
 
 
-def _validate_deletes_in(files: TableFiles, delta: Any, located: Mapping[str, BitMap64]) -> None:
+def _validate_deletes_in(
+    files: TableFiles, delta: Any, located: Mapping[str, BitMap64], concurrent: bool
+) -> None:
     """Make ``delta`` fail unless every data file it deletes from is still the table's
     when it commits: a rewrite that replaced one makes the commit a conflict, planned
-    again from the new files (``committer.py``)."""
+    again from the new files (``committer.py``).
+
+    ``concurrent``: also fail when any delete file was committed since the commit's base
+    (Iceberg's ``validateNoConflictingDeleteFiles``, which cannot tell whose rows they
+    delete). Without it, a commit lands beside another writer instance's deletes, which
+    are of other keys: each key's changes are on one partition, and the guard refuses a
+    commit of a partition another instance has claimed. Format v3 keeps one deletion
+    vector per data file: Iceberg still refuses a vector over a file another commit gave
+    one meanwhile, and the commit is planned again."""
     referenced = java(files.jvm).java.util.ArrayList()
     for location in located:
         referenced.add(location)
     delta.validateDataFilesExist(referenced)
     delta.validateDeletedFiles()
-    delta.validateNoConflictingDeleteFiles()
+    if concurrent:
+        delta.validateNoConflictingDeleteFiles()
 
 
 _FILE_PATH_ID = 2**31 - 1 - 101

@@ -9,20 +9,34 @@
  * before it, fails on its deletes ("found new position delete for replaced data file") and
  * runs again while the writer waits.
  *
+ * The same holds for the claims of the partitions a writer instance records
+ * (services/iceberg_writer/ownership.py): an instance that lost a partition in a rebalance
+ * it has not seen yet looks at the claims before it commits, and a claim made after that
+ * look would let its commit land on the new owner's metadata. Through the guard, a commit
+ * whose base names another owner for one of its partitions is refused too
+ * (ClaimLostException). That is what lets instances of one table commit deletes side by
+ * side without Iceberg's check for concurrent delete files, which refused every commit that
+ * overlapped another instance's: their keys are their partitions' own.
+ *
  * This class wraps a table's TableOperations. Every call goes to the table's own, except
  * commit(base, metadata): when `base`, the metadata the commit was built on, carries a
- * lease that has not run out, it throws LeaseTakenException. That exception is no
- * CommitFailedException, so Iceberg does not retry it, and it is a CleanableFailure, so
- * Iceberg removes the manifests it wrote. The catalog swaps only from `base`: a commit
- * that passes the check lands on metadata without a lease, or not at all.
+ * lease that has not run out, it throws LeaseTakenException, and when it names another
+ * owner for a claimed partition, ClaimLostException. Neither is a CommitFailedException,
+ * so Iceberg does not retry them, and both are CleanableFailures, so Iceberg removes the
+ * manifests it wrote. The catalog swaps only from `base`: a commit that passes the checks
+ * lands on metadata without a lease and with its claims, or not at all.
  *
  * Use from the writer (services/iceberg_writer/upserts.py):
- *   LeaseGuard.guard(table, "icefjord.maintenance.lease-until-ms").newRowDelta()...
+ *   LeaseGuard.guard(table, "icefjord.maintenance.lease-until-ms", claims).newRowDelta()...
+ * where `claims` maps each partition's owner property to this instance's token, and a null
+ * property checks no lease.
  * The local stack compiles it against Iceberg's Spark runtime jar
  * (icefjord/local/artifacts.py); the writer's image compiles it in its jars stage.
  */
 package io.icefjord.iceberg;
 
+import java.util.Collections;
+import java.util.Map;
 import org.apache.iceberg.BaseTable;
 import org.apache.iceberg.HasTableOperations;
 import org.apache.iceberg.Table;
@@ -45,18 +59,39 @@ public final class LeaseGuard implements TableOperations {
     }
   }
 
+  /** A commit refused because its base metadata names another owner of a partition. */
+  public static final class ClaimLostException extends RuntimeException
+      implements CleanableFailure {
+    private static final long serialVersionUID = 1L;
+
+    ClaimLostException(String message) {
+      super(message);
+    }
+  }
+
   private final TableOperations ops;
   private final String property;
+  private final Map<String, String> claims;
 
-  private LeaseGuard(TableOperations ops, String property) {
+  private LeaseGuard(TableOperations ops, String property, Map<String, String> claims) {
     this.ops = ops;
     this.property = property;
+    this.claims = claims;
   }
 
   /** `table` with commits refused once a lease in `property` is on it; same state. */
   public static Table guard(Table table, String property) {
+    return guard(table, property, Collections.emptyMap());
+  }
+
+  /**
+   * `table` with commits refused once a lease in `property` is on it (none checked when it
+   * is null), or once a property of `claims` holds another value than the claim's (a
+   * property not set refuses nothing: a partition nobody has claimed yet); same state.
+   */
+  public static Table guard(Table table, String property, Map<String, String> claims) {
     TableOperations ops = ((HasTableOperations) table).operations();
-    return new BaseTable(new LeaseGuard(ops, property), table.name());
+    return new BaseTable(new LeaseGuard(ops, property, Map.copyOf(claims)), table.name());
   }
 
   /**
@@ -78,11 +113,18 @@ public final class LeaseGuard implements TableOperations {
   @Override
   public void commit(TableMetadata base, TableMetadata metadata) {
     if (base != null) {
-      long until = leaseUntil(base, property);
+      long until = property == null ? Long.MIN_VALUE : leaseUntil(base, property);
       if (until > System.currentTimeMillis()) {
         throw new LeaseTakenException(
             "the compaction lease (" + property + " = " + until + ") was taken while the"
                 + " commit was being made");
+      }
+      for (Map.Entry<String, String> claim : claims.entrySet()) {
+        String owner = base.properties().get(claim.getKey());
+        if (owner != null && !owner.equals(claim.getValue())) {
+          throw new ClaimLostException(
+              claim.getKey() + " is claimed by " + owner + ", not " + claim.getValue());
+        }
       }
     }
     ops.commit(base, metadata);
@@ -120,7 +162,7 @@ public final class LeaseGuard implements TableOperations {
 
   @Override
   public TableOperations temp(TableMetadata uncommittedMetadata) {
-    return new LeaseGuard(ops.temp(uncommittedMetadata), property);
+    return new LeaseGuard(ops.temp(uncommittedMetadata), property, claims);
   }
 
   @Override
