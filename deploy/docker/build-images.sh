@@ -41,12 +41,22 @@ fi
 native_wheel() {
   # The compiled paths of the normalizer's records and the writer's changes, built on this
   # machine (cargo, maturin) for the image to install; without it the image takes the
-  # Python path, and says so here.
-  rm -f deploy/docker/native-wheels/*.whl
+  # Python path, and says so here. Built again only when native/ changed: each build's wheel
+  # differs in its bytes, and a new one would rebuild both images from that layer on.
   local python="${ICEFJORD_PYTHON:-$root/.venv/bin/python}"
+  local wheels=deploy/docker/native-wheels
+  local digest
+  digest="$(find native -type f -not -path 'native/target/*' | LC_ALL=C sort | xargs sha256sum \
+    | sha256sum | cut -c1-16)"
+  if [[ "$(cat "$wheels/.source-digest" 2>/dev/null)" == "$digest" ]] \
+      && compgen -G "$wheels/*.whl" >/dev/null; then
+    return
+  fi
+  rm -f "$wheels"/*.whl "$wheels/.source-digest"
   if command -v cargo >/dev/null && [[ -x "$python" ]] \
-      && "$python" -m pip wheel --quiet --no-deps -w deploy/docker/native-wheels ./native; then
-    echo "== native/ built: $(basename deploy/docker/native-wheels/*.whl)"
+      && "$python" -m pip wheel --quiet --no-deps -w "$wheels" ./native; then
+    echo "$digest" >"$wheels/.source-digest"
+    echo "== native/ built: $(basename "$wheels"/*.whl)"
   else
     echo "== WARNING: native/ not built (needs cargo and $python): the $service image takes the Python path" >&2
   fi
