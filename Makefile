@@ -82,8 +82,8 @@ lint: install ## ruff and mypy --strict
 
 # The S3 and the secured suites run, one after the other, beside the main suite, each against
 # its own stack on free ports: every suite waits on Kafka, Spark or the store part of the
-# time, so together they end 10-15 minutes sooner on 2 cores than one after the other. Their
-# output is kept and shown at the end.
+# time, and the other one fills it (the README's Layout gives the minutes). Their output is
+# kept and shown at the end.
 TEST_LOGS := .icefjord/test-logs
 
 test: install ## Lint, then unit, integration and e2e tests against a real local stack started for the run; beside them the S3 suite, then the secured one
