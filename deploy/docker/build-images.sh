@@ -45,10 +45,11 @@ native_wheel() {
   # differs in its bytes, and a new one would rebuild both images from that layer on.
   local python="${ICEFJORD_PYTHON:-$root/.venv/bin/python}"
   local wheels=deploy/docker/native-wheels
-  local digest
-  digest="$(find native -type f -not -path 'native/target/*' | LC_ALL=C sort | xargs sha256sum \
-    | sha256sum | cut -c1-16)"
-  if [[ "$(cat "$wheels/.source-digest" 2>/dev/null)" == "$digest" ]] \
+  local digest=""
+  [[ -x "$python" ]] && digest="$("$python" -c \
+    'import sys; from pathlib import Path; from icefjord.local.artifacts import module_digest
+print(module_digest(Path(sys.argv[1])))' native)"
+  if [[ -n "$digest" && "$(cat "$wheels/.source-digest" 2>/dev/null)" == "$digest" ]] \
       && compgen -G "$wheels/*.whl" >/dev/null; then
     return
   fi
